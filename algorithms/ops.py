@@ -1,0 +1,150 @@
+"""The vocabulary of a schedule: tile operations a CTA's warp roles execute.
+
+Operations are small frozen records. They say *what* happens (which tile,
+how many bytes, which engine, which matrix shape), never how long it takes:
+durations come from a HardwareProfile inside gpusim. The accounting walks
+these records; the SimPy engine replays them. Nothing else describes an
+algorithm, so the two cannot drift apart.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence, Union
+
+# Copy engines. "ld": a plain load/store; the issuing warp waits for the data.
+# "cp.async": Ampere+ asynchronous global->SMEM copy issued by the warps.
+# "tma": Hopper's tensor memory accelerator, one thread issues a whole tile.
+LD, CP_ASYNC, TMA = "ld", "cp.async", "tma"
+COPY_ENGINES = (LD, CP_ASYNC, TMA)
+
+
+@dataclass(frozen=True, slots=True)
+class Tile:
+    """A rectangle of a global tensor, named so that reuse can be recognised:
+    two loads of the same Tile are the same bytes (an L2 hit if still cached).
+    `head` is the tensor's own head index (a K/V head under GQA)."""
+
+    tensor: str
+    batch: int
+    head: int
+    row: int  # block index along the tensor's rows
+    col: int = 0  # block index along its columns (0 when a tile spans all)
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """Global memory -> SM. Async engines deposit into an SMEM buffer and, when
+    the bytes have arrived, add `arrive_count` tokens to barrier `signal`."""
+
+    tile: Tile
+    nbytes: int
+    engine: str = LD
+    signal: str | None = None
+    arrive_count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """SM -> global memory (write-back through L2)."""
+
+    tile: Tile
+    nbytes: int
+    engine: str = LD
+
+
+@dataclass(frozen=True, slots=True)
+class Mma:
+    """`count` matrix products of [m, k] x [k, n] in `dtype` on the tensor cores.
+    kind: "mma.sync", "wgmma" or "auto" (the GPU picks, as Triton would).
+    is_async: wgmma-style issue; the role continues and later waits with MmaWait."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    kind: str = "auto"
+    count: int = 1
+    is_async: bool = False
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True, slots=True)
+class MmaWait:
+    """Wait until at most `pending` of this role's asynchronous Mma ops are
+    still running (wgmma.wait_group semantics: they finish in issue order)."""
+
+    pending: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Exp:
+    """`count` exponentials (exp2) on the special-function unit."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Alu:
+    """`flops` other floating-point operations (max, scale, FMA) on the FMA pipe."""
+
+    flops: int
+
+
+@dataclass(frozen=True, slots=True)
+class SmemIO:
+    """Warps reading or writing `nbytes` of shared memory (not counting what
+    the tensor cores and copy engines move), e.g. FA1's split-K combine."""
+
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Arrive:
+    """Add `count` tokens to a barrier (an mbarrier arrive or a named-barrier signal)."""
+
+    barrier: str
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Take `count` tokens from a barrier, blocking until they are there."""
+
+    barrier: str
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SyncThreads:
+    """__syncthreads: every role of the CTA reaches this point before any goes on."""
+
+
+Op = Union[Load, Store, Mma, MmaWait, Exp, Alu, SmemIO, Arrive, Wait, SyncThreads]
+
+
+@dataclass(frozen=True)
+class Loop:
+    """`trips` iterations of `body(i)`, built only when walked (laziness: a 16k
+    problem never materialises its millions of ops). Iterations whose ops are
+    equal apart from tile identity cost the same: the engine may time a few
+    and fast-forward the rest."""
+
+    name: str
+    trips: int
+    body: Callable[[int], Sequence["Item"]]
+
+
+Item = Union[Op, Loop]
+
+
+def walk(items: Sequence[Item]):
+    """Yield every op of a role program in program order, expanding loops."""
+    for item in items:
+        if isinstance(item, Loop):
+            for i in range(item.trips):
+                yield from walk(item.body(i))
+        else:
+            yield item

@@ -1,0 +1,88 @@
+"""Cross-compile the fa2 (and fa3) Triton kernels for sm_90 on a CPU and record
+the shared memory Triton allocates (metadata.shared) and the registers per
+thread ptxas assigns, for the grid of configs the simulator must cover.
+
+    PYTHONPATH=. python experiments/triton_smem_probe.py [--jobs 2] [--quick]
+
+Writes experiments/results/triton_smem_fa2.csv (and triton_smem_fa3.csv with
+--fa3). No GPU needed: triton.compile with GPUTarget("cuda", 90, 32) runs the
+whole pipeline down to a cubin with the bundled ptxas.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import itertools
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+H100_SMEM_PER_BLOCK = 232448  # bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin on H100
+SEQLEN = 4096  # a multiple of 16 and of every block: the launcher's common specialisation
+
+COLUMNS = ["block_m", "block_n", "num_warps", "num_stages", "head_dim", "causal", "dtype",
+           "smem_bytes", "n_regs", "exceeds_h100", "triton_version", "target", "date", "command"]
+
+
+def _one(args):
+    algo, bm, bn, warps, stages, d, causal = args
+    from algorithms.problem import AttentionProblem, TileConfig
+
+    if algo == "fa2":
+        from kernels.fa2 import compiled_resources
+    else:
+        from kernels.fa3 import compiled_resources
+    p = AttentionProblem(batch=1, heads=16, seqlen_q=SEQLEN, head_dim=d, causal=bool(causal))
+    cfg = TileConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
+    try:
+        r = compiled_resources(p, cfg, target=(90,))
+        return args, r["smem_bytes"], r["n_regs"], ""
+    except Exception as e:  # a config Triton refuses to compile is a data point too
+        return args, None, None, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--quick", action="store_true", help="head_dim 128 only")
+    ap.add_argument("--fa3", action="store_true", help="also probe kernels.fa3")
+    ap.add_argument("--outdir", default=os.path.join("experiments", "results"))
+    a = ap.parse_args(argv)
+    import triton
+
+    algos = ["fa2"] + (["fa3"] if a.fa3 else [])
+    dims = [128] if a.quick else [64, 128, 256]
+    command = "python " + " ".join(["experiments/triton_smem_probe.py"] + (argv if argv is not None else sys.argv[1:]))
+    date = _dt.date.today().isoformat()
+    for algo in algos:
+        grid = list(itertools.product([algo], [64, 128], [32, 64, 128], [4, 8], [1, 2, 3, 4], dims, [0, 1]))
+        if algo == "fa3":  # warp-specialised: 4 warps per warpgroup, >= 2 stages for the ring
+            grid = [g for g in grid if g[4] >= 2]
+        rows = []
+        with ProcessPoolExecutor(max_workers=a.jobs) as ex:
+            for n, (args, smem, regs, err) in enumerate(ex.map(_one, grid), 1):
+                _, bm, bn, warps, stages, d, causal = args
+                rows.append({"block_m": bm, "block_n": bn, "num_warps": warps, "num_stages": stages,
+                             "head_dim": d, "causal": causal, "dtype": "bf16",
+                             "smem_bytes": "" if smem is None else smem,
+                             "n_regs": "" if regs is None else regs,
+                             "exceeds_h100": "" if smem is None else int(smem > H100_SMEM_PER_BLOCK),
+                             "triton_version": triton.__version__, "target": "cuda:90",
+                             "date": date, "command": command})
+                print(f"[{algo} {n}/{len(grid)}] {args[1:]} smem={smem} regs={regs} {err}",
+                      file=sys.stderr, flush=True)
+        path = os.path.join(a.outdir, f"triton_smem_{algo}.csv")
+        tmp = path + ".tmp"
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS)
+            w.writeheader()
+            w.writerows(rows)
+        os.replace(tmp, path)
+        print(f"wrote {path} ({len(rows)} rows)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

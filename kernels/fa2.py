@@ -1,0 +1,186 @@
+"""FlashAttention-2 forward (arXiv 2307.08691) in Triton.
+
+Schedule (algorithms/fa2.py replays exactly this order):
+  grid = (cdiv(Nq, BM), B*H); program_id(0) = Q block i (fastest in launch
+  order, so the CTAs of one head run together and share its K/V through L2),
+  program_id(1) = b*H + h; K/V head = h // (H // KVH) (GQA/MQA).
+  1. load Q_i [BM, D] once (plain loads);
+  2. for j in 0 .. T-1, T = cdiv(Nkv, BN), or under causal
+     T = min(cdiv(Nkv, BN), cdiv(last_row + Nkv - Nq + 1, BN)) with
+     last_row = min((i+1)*BM, Nq) - 1 (blocks fully above the diagonal skipped):
+       load K_j, V_j [BN, D] (plain tl.load; Triton pipelines them with
+       cp.async over num_stages buffers), S = Q_i K_jᵀ, online softmax in the
+       base-2 domain with sm_scale·log2(e) folded into one multiply, O += P V_j;
+  3. write O_i (input dtype) once, and LSE_i (fp32, natural log).
+Causal masking is bottom-right aligned: row r sees column c iff
+c <= r + Nkv - Nq. The loop is split in two without changing the order:
+blocks 0 .. n_full-1 need no mask (every row of the block sees every column,
+and the block lies inside Nkv); blocks n_full .. T-1 (the diagonal blocks and
+the Nkv tail) apply the mask. Padded tiles still run the full MMA.
+No TMA here: that is fa3's difference.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from algorithms.problem import AttentionProblem, TileConfig, cdiv
+
+from .common import LOG2E, launch, problem_of, resolve_config, resolve_scale
+
+
+@triton.jit
+def _fa2_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, n_kv, causal_off,
+               qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr):
+    cols = start_n + offs_n
+    if MASKED:
+        kv_ok = (cols < n_kv)[:, None]
+        k = tl.load(k_ptrs, mask=kv_ok, other=0.0)
+    else:
+        k = tl.load(k_ptrs)
+    qk = tl.dot(q, tl.trans(k))
+    if MASKED:
+        keep = (cols < n_kv)[None, :]
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= offs_m[:, None] + causal_off)
+        qk = tl.where(keep, qk, float("-inf"))
+    # m is kept in scaled base-2 units: one FMA per score (qk*scale - m) and
+    # exp2 instead of exp, the FA2 trick that spares the MUFU a multiply.
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    if MASKED:
+        v = tl.load(v_ptrs, mask=kv_ok, other=0.0)
+    else:
+        v = tl.load(v_ptrs)
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off,
+             H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    kvh = b * (H // GROUP) + h // GROUP
+    q_base = bh.to(tl.int64) * n_q * HEAD_DIM
+    kv_base = kvh.to(tl.int64) * n_kv * HEAD_DIM
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = (offs_m < n_q)[:, None]
+    q = tl.load(Q + q_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok, other=0.0)
+    k_ptrs = K + kv_base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    v_ptrs = V + kv_base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+
+    n_blocks = tl.cdiv(n_kv, BLOCK_N)
+    n_full = n_kv // BLOCK_N
+    if CAUSAL:
+        last_row = tl.minimum((pid_m + 1) * BLOCK_M, n_q) - 1
+        n_blocks = tl.minimum(n_blocks, tl.cdiv(last_row + causal_off + 1, BLOCK_N))
+        # a block needs no mask when even the first row of the tile sees its last column
+        n_full = tl.minimum(n_full, (pid_m * BLOCK_M + causal_off + 1) // BLOCK_N)
+        n_full = tl.maximum(n_full, 0)
+
+    for j in range(0, n_full):
+        acc, l_i, m_i = _fa2_block(acc, l_i, m_i, q, k_ptrs + j * BLOCK_N * HEAD_DIM,
+                                   v_ptrs + j * BLOCK_N * HEAD_DIM, j * BLOCK_N, offs_m, offs_n,
+                                   n_kv, causal_off, qk_scale, False, CAUSAL, HEAD_DIM)
+    for j in range(n_full, n_blocks):
+        acc, l_i, m_i = _fa2_block(acc, l_i, m_i, q, k_ptrs + j * BLOCK_N * HEAD_DIM,
+                                   v_ptrs + j * BLOCK_N * HEAD_DIM, j * BLOCK_N, offs_m, offs_n,
+                                   n_kv, causal_off, qk_scale, True, CAUSAL, HEAD_DIM)
+
+    o = acc / l_i[:, None]
+    tl.store(O + q_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], o.to(O.dtype.element_ty),
+             mask=row_ok)
+    # back to natural log: lse = ln2 * (m + log2 l)
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+    tl.store(LSE + bh.to(tl.int64) * n_q + offs_m, lse, mask=offs_m < n_q)
+
+
+def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
+            return_lse=False):
+    """O = softmax(scale·QKᵀ [causal mask]) V with FlashAttention-2's schedule.
+
+    q [B,H,Nq,D], k/v [B,KVH,Nkv,D] contiguous bf16/fp16. Returns O in q's
+    dtype, and LSE [B,H,Nq] fp32 (natural log) when return_lse."""
+    problem = problem_of(q, k, v, causal)
+    cfg = resolve_config("fa2", problem, config, q.device)
+    scale = resolve_scale(sm_scale, problem.head_dim)
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    grid = (cdiv(problem.seqlen_q, cfg.block_m), problem.batch * problem.heads)
+    launch(_fa2_fwd[grid], q, k, v, o, lse, scale * LOG2E, problem.seqlen_q, problem.seqlen_kv,
+           problem.causal_offset, H=problem.heads, GROUP=problem.group_size,
+           HEAD_DIM=problem.head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+           CAUSAL=problem.causal, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return (o, lse) if return_lse else o
+
+
+def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90,)) -> dict:
+    """Cross-compile the fa2 kernel for `target` (compute capability, e.g.
+    (90,) for H100) without a GPU and report what Triton allocates:
+    {"smem_bytes": metadata.shared, "n_regs": registers per thread from ptxas
+    (None if unavailable)}."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    dt = {"bf16": "*bf16", "fp16": "*fp16"}[problem.dtype]
+    sig = {"Q": dt, "K": dt, "V": dt, "O": dt, "LSE": "*fp32", "qk_scale": "fp32",
+           "n_q": "i32", "n_kv": "i32", "causal_off": "i32",
+           "H": "constexpr", "GROUP": "constexpr", "HEAD_DIM": "constexpr",
+           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "CAUSAL": "constexpr"}
+    consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": problem.head_dim,
+              "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "CAUSAL": problem.causal}
+    # Mirror the launcher's specialisation: torch allocations are 16-byte
+    # aligned, and an int argument divisible by 16 gets the same hint; without
+    # these hints loads are not vectorised and the pipeliner skips them.
+    ints = {"n_q": problem.seqlen_q, "n_kv": problem.seqlen_kv, "causal_off": problem.causal_offset}
+    names = list(sig)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("Q", "K", "V", "O", "LSE")}
+    attrs.update({(names.index(n),): [["tt.divisibility", 16]] for n, val in ints.items()
+                  if val % 16 == 0})
+    src = ASTSource(fn=_fa2_fwd, signature=sig, constexprs=consts, attrs=attrs)
+    cap = target[0] if isinstance(target, (tuple, list)) else int(target)
+    compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32),
+                              options={"num_warps": config.num_warps,
+                                       "num_stages": config.num_stages})
+    n_regs = _regs_from_cubin(compiled)
+    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": n_regs}
+
+
+def _regs_from_cubin(compiled):
+    """Registers per thread: n_regs is only filled in when a driver loads the
+    binary, so read it from the cubin's .nv.info with cuobjdump (bundled)."""
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.nvidia.compiler import get_ptxas  # noqa: F401  (bundled tools)
+
+    cubin = compiled.asm.get("cubin")
+    if cubin is None:
+        return None
+    import os
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(tool):
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+    m = re.search(r"REG:(\d+)", out)
+    return int(m.group(1)) if m else None

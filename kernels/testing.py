@@ -1,0 +1,93 @@
+"""References and inputs for testing the kernels.
+
+`reference` is an fp64 PyTorch attention with the kernels' signature (the
+config is accepted and ignored); `torch_lowp` is PyTorch's own math attention
+in the input dtype (GEMMs and softmax output rounded to bf16/fp16, as the SDPA
+MATH backend does), whose error against fp64 is the yardstick of the tests:
+a kernel may be at most 2x as wrong as PyTorch itself, plus a small epsilon.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _expand_kv(k, v, heads):
+    group = heads // k.shape[1]
+    if group > 1:
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    return k, v
+
+
+def _mask(nq, nkv, device):
+    """Bottom-right aligned causal mask: row i sees column j iff j <= i + nkv - nq."""
+    i = torch.arange(nq, device=device)[:, None]
+    j = torch.arange(nkv, device=device)[None, :]
+    return j <= i + (nkv - nq)
+
+
+def reference(q, k, v, *, causal=False, config=None, sm_scale=None, return_lse=False):
+    """fp64 attention; O in q's dtype (plus fp32 LSE [B,H,Nq], natural log)."""
+    del config
+    d = q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    q64, k64, v64 = (t.to(torch.float64) for t in (q, k, v))
+    k64, v64 = _expand_kv(k64, v64, q.shape[1])
+    s = (q64 @ k64.transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.exp(s - lse[..., None]) @ v64
+    out = o if q.dtype == torch.float64 else o.to(q.dtype)
+    return (out, lse.to(torch.float32)) if return_lse else out
+
+
+def reference_fp64(q, k, v, *, causal=False, sm_scale=None):
+    """The fp64 output itself (not rounded), for error measurements."""
+    d = q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    q64, k64, v64 = (t.to(torch.float64) for t in (q, k, v))
+    k64, v64 = _expand_kv(k64, v64, q.shape[1])
+    s = (q64 @ k64.transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v64
+
+
+def torch_lowp(q, k, v, *, causal=False, sm_scale=None):
+    """PyTorch's math attention in the input dtype: S = QKᵀ·scale rounded to the
+    dtype, softmax (fp32 inside, output rounded), P V rounded. The matmuls run
+    in fp32 on the CPU (bf16 GEMMs there accumulate in fp32, like tensor cores)."""
+    d = q.shape[-1]
+    dt = q.dtype
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    k, v = _expand_kv(k, v, q.shape[1])
+    s = (q.float() @ k.float().transpose(-1, -2)).to(dt)
+    s = (s.float() * scale).to(dt)
+    if causal:
+        s = s.masked_fill(~_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
+    p = torch.softmax(s.float(), dim=-1).to(dt)
+    return (p.float() @ v.float()).to(dt)
+
+
+def outlier_inputs(batch, heads, seqlen, head_dim, *, kv_heads=None, dtype=torch.bfloat16,
+                   device="cuda", generator=None):
+    """The FA3 paper's FP8 stress inputs (arXiv 2407.08608 §4.3):
+    N(0,1) + N(0,100)·Bernoulli(0.001), i.e. 0.1% of entries get an extra
+    term of standard deviation 10."""
+    kv_heads = kv_heads or heads
+
+    def one(*shape):
+        base = torch.randn(*shape, generator=generator)
+        big = torch.randn(*shape, generator=generator) * 10.0
+        hit = torch.rand(*shape, generator=generator) < 0.001
+        return (base + big * hit).to(device=device, dtype=dtype)
+
+    return (one(batch, heads, seqlen, head_dim), one(batch, kv_heads, seqlen, head_dim),
+            one(batch, kv_heads, seqlen, head_dim))
+
+
+def max_error(out, ref64):
+    return (out.to(torch.float64) - ref64.to(out.device)).abs().max().item()

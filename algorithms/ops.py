@@ -34,13 +34,13 @@ class Tile:
 @dataclass(frozen=True, slots=True)
 class Load:
     """Global memory -> SM. Async engines deposit into an SMEM buffer and, when
-    the bytes have arrived, add `arrive_count` tokens to barrier `signal`."""
+    the bytes have arrived, add one token to each barrier in `signal` (FA3's
+    producer signals every consumer warpgroup's own barrier)."""
 
     tile: Tile
     nbytes: int
     engine: str = LD
-    signal: str | None = None
-    arrive_count: int = 1
+    signal: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

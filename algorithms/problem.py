@@ -81,6 +81,11 @@ class AttentionProblem:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def out_elem_bytes(self) -> int:
+        """Bytes per output element: fp8 attention writes bf16 (2 bytes)."""
+        return 2 if self.dtype == "fp8" else self.elem_bytes
+
+    @property
     def group_size(self) -> int:
         """Query heads per K/V head (1 for MHA)."""
         return self.heads // self.kv_heads
@@ -132,7 +137,9 @@ class TileConfig:
         _power_of_two(InvalidConfig, "block_m", self.block_m, 16, 256)
         _power_of_two(InvalidConfig, "block_n", self.block_n, 16, 256)
         _power_of_two(InvalidConfig, "block_k", self.block_k, 16, 256)
-        _power_of_two(InvalidConfig, "num_warps", self.num_warps, 1, 32)
+        _positive_int(InvalidConfig, "num_warps", self.num_warps)
+        if self.num_warps > 32:
+            raise InvalidConfig(f"num_warps must be in [1, 32] (1024 threads), got {self.num_warps}")
         _positive_int(InvalidConfig, "num_stages", self.num_stages)
         if self.num_stages > 8:
             raise InvalidConfig(f"num_stages must be in [1, 8], got {self.num_stages}")

@@ -1,0 +1,143 @@
+"""FlashAttention-1 forward: Algorithm 1 of arXiv 2205.14135.
+
+Grid: one CTA per (batch, head), CTA b·H + h. Outer loop over K/V blocks j
+(B_c = block_n columns): K_j and V_j are loaded to SMEM once. Inner loop over
+Q blocks i (B_r = block_m rows), under causal from the first Q block that
+sees column block j: load Q_i and the running O_i, l_i, m_i from HBM, update
+them, write them back. O stays normalised as in the paper.
+
+Inside the CTA the warps split K/V ("split-K"): each warp takes
+block_n / num_warps columns, computes its partial row max, row sum and
+partial P·V, and the warps combine them through SMEM. That combine is modelled
+here (SmemIO ops, a combine buffer in SMEM). kernels/fa1.py cannot express it:
+Triton distributes tl.dot across warps itself, so the real kernel splits rows
+instead and skips the combine; the difference is written down in both files.
+
+Differences from the paper's listing, in both this schedule and the kernel:
+initialisation of O, l, m is folded into j == 0 (nothing is read then); O,
+l, m are fp32 workspaces; the last K/V block a Q block sees writes the final O
+in the input dtype and its logsumexp instead of the workspaces.
+"""
+from __future__ import annotations
+
+from .errors import InvalidConfig
+from .ops import Alu, Exp, Load, Mma, SmemIO, Store, SyncThreads, Tile
+from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
+from .schedule import CtaProgram, Launch, Loop, Role, Schedule, TensorSpec, head_classes
+from .smem import check_fits_block, registers_per_thread
+from .fa2 import ALU_EPILOGUE_PER_OUT, ALU_PER_ACC, ALU_PER_MASKED_SCORE, ALU_PER_SCORE
+
+# Per Q row and split-K warp: the partial row max and row sum (fp32 each)
+# exchanged through SMEM.
+STATS_PER_ROW = 2
+
+
+def first_q_block(problem: AttentionProblem, block_m: int, block_n: int, j: int) -> int:
+    """First Q block with a row that sees K/V block j (causal), else 0."""
+    if not problem.causal:
+        return 0
+    first_col = j * block_n
+    return max(0, first_col - problem.causal_offset) // block_m
+
+
+def last_kv_block(problem: AttentionProblem, block_m: int, block_n: int, i: int) -> int:
+    """Last K/V block that Q block i sees."""
+    blocks = cdiv(problem.seqlen_kv, block_n)
+    if not problem.causal:
+        return blocks - 1
+    last_row = min((i + 1) * block_m, problem.seqlen_q) - 1
+    return min(blocks - 1, (last_row + problem.causal_offset) // block_n)
+
+
+def combine_bytes(cfg: TileConfig, head_dim: int) -> int:
+    """SMEM of the split-K combine: one fp32 O partial (the warps add into it
+    in turn) plus every warp's row statistics."""
+    return cfg.block_m * head_dim * ACC_BYTES + cfg.num_warps * cfg.block_m * STATS_PER_ROW * ACC_BYTES
+
+
+def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
+    e, d = problem.elem_bytes, problem.head_dim
+    kv = 2 * cfg.block_n * d * e
+    q = cfg.block_m * d * e
+    return kv + q + combine_bytes(cfg, d)
+
+
+def paper_block_sizes(sram_bytes: int, head_dim: int, elem_bytes: int) -> tuple[int, int]:
+    """Algorithm 1's B_c = ceil(M / 4d) and B_r = min(B_c, d), M in elements."""
+    m_elems = sram_bytes // elem_bytes
+    block_c = cdiv(m_elems, 4 * head_dim)
+    return min(block_c, head_dim), block_c
+
+
+def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
+    p, e, d = problem, problem.elem_bytes, problem.head_dim
+    bm, bn, w = cfg.block_m, cfg.block_n, cfg.num_warps
+    n_qb, n_kb = cdiv(p.seqlen_q, bm), cdiv(p.seqlen_kv, bn)
+    bh = p.batch * p.heads
+    combine_io = 2 * (w * bm * d * ACC_BYTES + w * bm * STATS_PER_ROW * ACC_BYTES)
+
+    def program(cta: int) -> CtaProgram:
+        b, h = divmod(cta, p.heads)
+        kvh = p.kv_head_of(h)
+
+        def inner(j: int):
+            rows_k = min(bn, p.seqlen_kv - j * bn)
+            i0 = first_q_block(p, bm, bn, j)
+
+            def step(k: int):
+                i = i0 + k
+                rows_q = min(bm, p.seqlen_q - i * bm)
+                ops = [Load(Tile("Q", b, h, i), rows_q * d * e)]
+                if j > 0:
+                    ops += [Load(Tile("O_acc", b, h, i), rows_q * d * ACC_BYTES),
+                            Load(Tile("l", b, h, i), rows_q * ACC_BYTES),
+                            Load(Tile("m", b, h, i), rows_q * ACC_BYTES)]
+                scores = bm * bn
+                alu = scores * ALU_PER_SCORE + bm * d * (ALU_PER_ACC + ALU_EPILOGUE_PER_OUT)
+                if (j + 1) * bn > p.seqlen_kv or (
+                        p.causal and (j + 1) * bn - 1 > i * bm + p.causal_offset):
+                    alu += scores * ALU_PER_MASKED_SCORE
+                ops += [Mma(bm, bn, d, p.dtype, cfg.mma),   # each warp: bm x (bn/w) of S
+                        Exp(scores + bm),
+                        Alu(alu),
+                        Mma(bm, d, bn, p.dtype, cfg.mma),   # each warp: partial P V
+                        SmemIO(combine_io),                 # split-K combine
+                        SyncThreads()]
+                if j == last_kv_block(p, bm, bn, i):
+                    ops += [Store(Tile("O", b, h, i), rows_q * d * e),
+                            Store(Tile("LSE", b, h, i), rows_q * ACC_BYTES)]
+                else:
+                    ops += [Store(Tile("O_acc", b, h, i), rows_q * d * ACC_BYTES),
+                            Store(Tile("l", b, h, i), rows_q * ACC_BYTES),
+                            Store(Tile("m", b, h, i), rows_q * ACC_BYTES)]
+                return ops
+
+            return [Load(Tile("K", b, kvh, j), rows_k * d * e),
+                    Load(Tile("V", b, kvh, j), rows_k * d * e),
+                    SyncThreads(),
+                    Loop("q", n_qb - i0, step)]
+
+        return CtaProgram((Role("warps", w, (Loop("kv", n_kb, inner),)),))
+
+    regs = registers_per_thread(cfg.threads, fp32_values=bm * d + bm * bn, packed16_values=bm * bn)
+    launch = Launch("fa1_fwd", bh, cfg.threads, smem_bytes(p, cfg), regs, program,
+                    head_classes(1, bh))
+    kvi = p.batch * p.kv_heads
+    tensors = {
+        "Q": TensorSpec("Q", bh, p.seqlen_q, d * e, "input"),
+        "K": TensorSpec("K", kvi, p.seqlen_kv, d * e, "input"),
+        "V": TensorSpec("V", kvi, p.seqlen_kv, d * e, "input"),
+        "O": TensorSpec("O", bh, p.seqlen_q, d * e, "output"),
+        "LSE": TensorSpec("LSE", bh, p.seqlen_q, ACC_BYTES, "output"),
+        "O_acc": TensorSpec("O_acc", bh, p.seqlen_q, d * ACC_BYTES, "workspace"),
+        "l": TensorSpec("l", bh, p.seqlen_q, ACC_BYTES, "workspace"),
+        "m": TensorSpec("m", bh, p.seqlen_q, ACC_BYTES, "workspace"),
+    }
+    return Schedule("fa1", p, cfg, (launch,), tensors)
+
+
+def check(problem: AttentionProblem, cfg: TileConfig, smem_limit: int) -> None:
+    if cfg.block_n % cfg.num_warps:
+        raise InvalidConfig(f"fa1 splits block_n ({cfg.block_n}) across num_warps "
+                            f"({cfg.num_warps}) warps: block_n must be a multiple of num_warps")
+    check_fits_block(smem_bytes(problem, cfg), smem_limit, "fa1")

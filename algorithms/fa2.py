@@ -1,0 +1,104 @@
+"""FlashAttention-2 forward (arXiv 2307.08691), as kernels/fa2.py runs it.
+
+Grid: (cdiv(N_q, block_m), B·H), Q block fastest in launch order. Each CTA
+loads its Q tile once, loops over K/V blocks (skipping blocks wholly above the
+causal diagonal), keeps O, m, l in registers (warps split the Q rows: no SMEM
+exchange) and writes O and its logsumexp once. K/V loads go through Triton's
+software pipeline: cp.async into a num_stages-deep ring.
+"""
+from __future__ import annotations
+
+from .ops import Alu, Exp, Load, Mma, Store, Tile
+from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
+from .schedule import (CtaProgram, Launch, Role, Schedule, TensorSpec, head_classes,
+                       pipelined_loop, plain_load)
+from .smem import check_fits_block, registers_per_thread, triton_fa_smem_bytes
+
+# FMA-pipe operations per score element besides the exp2: scale-and-subtract
+# (one FMA, the scale folded into log2 space), the row max, the row sum and the
+# conversion of P to 16 bits. A masked block adds one select per element.
+ALU_PER_SCORE = 4
+ALU_PER_MASKED_SCORE = 1
+# Per output element and K/V block: the rescale of the accumulator by alpha.
+ALU_PER_ACC = 1
+# Epilogue per output element: divide by l and convert.
+ALU_EPILOGUE_PER_OUT = 2
+
+
+def kv_trips(problem: AttentionProblem, block_n: int, last_row: int) -> int:
+    """K/V blocks a Q block whose last row is `last_row` must visit."""
+    blocks = cdiv(problem.seqlen_kv, block_n)
+    if not problem.causal:
+        return blocks
+    last_col = last_row + problem.causal_offset
+    return min(blocks, cdiv(last_col + 1, block_n))
+
+
+def block_is_masked(problem: AttentionProblem, cfg: TileConfig, qb: int, j: int) -> bool:
+    """Whether K/V block j of Q block qb needs masking: it straddles the causal
+    diagonal or runs past the end of the keys."""
+    col_end = (j + 1) * cfg.block_n  # one past the block's last column
+    if col_end > problem.seqlen_kv:
+        return True
+    if problem.causal:
+        first_row = qb * cfg.block_m
+        return col_end - 1 > first_row + problem.causal_offset
+    return False
+
+
+def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
+    return triton_fa_smem_bytes(problem, cfg)
+
+
+def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
+    p, e, d = problem, problem.elem_bytes, problem.head_dim
+    bm, bn = cfg.block_m, cfg.block_n
+    n_qb = cdiv(p.seqlen_q, bm)
+    bh = p.batch * p.heads
+
+    def program(cta: int) -> CtaProgram:
+        qb, pair = cta % n_qb, cta // n_qb
+        b, h = divmod(pair, p.heads)
+        kvh = p.kv_head_of(h)
+        rows_q = min(bm, p.seqlen_q - qb * bm)
+        trips = kv_trips(p, bn, qb * bm + rows_q - 1)
+
+        def loads_of(j: int):
+            rows_k = min(bn, p.seqlen_kv - j * bn)
+            return [Load(Tile("K", b, kvh, j), rows_k * d * e),
+                    Load(Tile("V", b, kvh, j), rows_k * d * e)]
+
+        def compute_of(j: int):
+            scores = bm * bn
+            alu = scores * ALU_PER_SCORE + bm * d * ALU_PER_ACC
+            if block_is_masked(p, cfg, qb, j):
+                alu += scores * ALU_PER_MASKED_SCORE
+            return [Mma(bm, bn, d, p.dtype, cfg.mma),      # S = Q Kᵀ
+                    Exp(scores + bm),                      # P = exp2(S - m), alpha
+                    Alu(alu),
+                    Mma(bm, d, bn, p.dtype, cfg.mma)]      # O += P V
+
+        items = [plain_load(Tile("Q", b, h, qb), rows_q * d * e),
+                 *pipelined_loop("kv", trips, loads_of, compute_of, cfg.num_stages),
+                 Alu(bm * d * ALU_EPILOGUE_PER_OUT),
+                 Store(Tile("O", b, h, qb), rows_q * d * e),
+                 Store(Tile("LSE", b, h, qb), rows_q * ACC_BYTES)]
+        return CtaProgram((Role("warps", cfg.num_warps, tuple(items)),))
+
+    smem = smem_bytes(p, cfg)
+    regs = registers_per_thread(cfg.threads, fp32_values=bm * d + bm * bn,
+                                packed16_values=bm * bn)
+    launch = Launch("fa2_fwd", n_qb * bh, cfg.threads, smem, regs, program,
+                    head_classes(n_qb, bh))
+    tensors = {
+        "Q": TensorSpec("Q", bh, p.seqlen_q, d * e, "input"),
+        "K": TensorSpec("K", p.batch * p.kv_heads, p.seqlen_kv, d * e, "input"),
+        "V": TensorSpec("V", p.batch * p.kv_heads, p.seqlen_kv, d * e, "input"),
+        "O": TensorSpec("O", bh, p.seqlen_q, d * e, "output"),
+        "LSE": TensorSpec("LSE", bh, p.seqlen_q, ACC_BYTES, "output"),
+    }
+    return Schedule("fa2", p, cfg, (launch,), tensors)
+
+
+def check(problem: AttentionProblem, cfg: TileConfig, smem_limit: int) -> None:
+    check_fits_block(smem_bytes(problem, cfg), smem_limit, "fa2")

@@ -1,0 +1,148 @@
+"""FlashAttention-3 forward (arXiv 2407.08608), Hopper only.
+
+Grid and loop order as FA2: (cdiv(N_q, block_m), B·H), Q block fastest; each
+CTA loops over the K/V blocks its Q block sees. Inside the CTA the warps
+specialise:
+- a producer warpgroup issues TMA loads of Q once and of K_j, V_j into a
+  num_stages-deep SMEM ring; every consumer has its own "full" and "empty"
+  barrier per ring (mbarriers), so no consumer can run ahead of the data;
+- `consumer_warpgroups` consumer warpgroups each own block_m / consumers rows
+  of the Q tile and run wgmma (asynchronous: Mma(is_async) + MmaWait).
+- pingpong: consumers take turns issuing their GEMMs (named barriers
+  "turn.w"), so one's softmax runs while the other's GEMMs occupy the tensor
+  cores (Section 3.1 of the paper);
+- intra-warpgroup overlap (Algorithm 2): iteration j issues QKᵀ_j and
+  P_{j-1}V_{j-1} together and computes softmax(j) while P_{j-1}V_{j-1} runs.
+The fp8 variant is the same schedule with dtype "fp8" (twice the matmul rate);
+the paper's in-kernel V transpose is not modelled (kernels/fa3.py lays V out
+for the fp8 GEMM before the launch).
+"""
+from __future__ import annotations
+
+from .errors import InvalidConfig
+from .fa2 import (ALU_EPILOGUE_PER_OUT, ALU_PER_ACC, ALU_PER_MASKED_SCORE, ALU_PER_SCORE,
+                  block_is_masked, kv_trips)
+from .ops import (TMA, Alu, Arrive, Exp, Item, Load, Loop, Mma, MmaWait, Store, Tile,
+                  Wait)
+from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
+from .schedule import CtaProgram, Launch, Role, Schedule, TensorSpec, head_classes
+from .smem import MBARRIER_BYTES, check_fits_block, registers_per_thread
+
+WGMMA_M = 64  # one warpgroup's wgmma covers 64 rows
+WARPS_PER_WARPGROUP = 4
+
+
+def rows_per_consumer(cfg: TileConfig) -> int:
+    return cfg.block_m // cfg.consumer_warpgroups
+
+
+def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
+    """Q tile, the K/V ring and the mbarriers (q, full and empty per stage and
+    consumer). The O epilogue is staged in Q's buffer, dead by then."""
+    e, d = problem.elem_bytes, problem.head_dim
+    q = cfg.block_m * d * e
+    ring = cfg.num_stages * 2 * cfg.block_n * d * e
+    barriers = (1 + 3 * cfg.num_stages) * cfg.consumer_warpgroups * MBARRIER_BYTES
+    return q + ring + barriers
+
+
+def check(problem: AttentionProblem, cfg: TileConfig, smem_limit: int) -> None:
+    want = WARPS_PER_WARPGROUP * (1 + cfg.consumer_warpgroups)
+    if cfg.num_warps != want:
+        raise InvalidConfig(
+            f"fa3 with {cfg.consumer_warpgroups} consumer warpgroups needs num_warps={want} "
+            f"(one producer warpgroup + consumers, 4 warps each), got {cfg.num_warps}")
+    if cfg.block_m % (WGMMA_M * cfg.consumer_warpgroups):
+        raise InvalidConfig(
+            f"fa3 block_m ({cfg.block_m}) must give each of the {cfg.consumer_warpgroups} "
+            f"consumer warpgroups a multiple of {WGMMA_M} rows")
+    if cfg.num_stages < 2:
+        raise InvalidConfig(f"fa3 needs num_stages >= 2 for its TMA ring, got {cfg.num_stages}")
+    if cfg.mma not in ("auto", "wgmma"):
+        raise InvalidConfig(f"fa3 runs on wgmma, got mma={cfg.mma!r}")
+    check_fits_block(smem_bytes(problem, cfg), smem_limit, "fa3")
+
+
+def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
+    p, e, d = problem, problem.elem_bytes, problem.head_dim
+    out_e = p.out_elem_bytes
+    bm, bn, cw = cfg.block_m, cfg.block_n, cfg.consumer_warpgroups
+    rows = rows_per_consumer(cfg)
+    n_qb = cdiv(p.seqlen_q, bm)
+    bh = p.batch * p.heads
+    consumers = range(cw)
+
+    def program(cta: int) -> CtaProgram:
+        qb, pair = cta % n_qb, cta // n_qb
+        b, h = divmod(pair, p.heads)
+        kvh = p.kv_head_of(h)
+        rows_q = min(bm, p.seqlen_q - qb * bm)
+        trips = kv_trips(p, bn, qb * bm + rows_q - 1)
+        full = lambda name: tuple(f"{name}.{w}" for w in consumers)
+
+        def produce(j: int) -> list[Item]:
+            rows_k = min(bn, p.seqlen_kv - j * bn)
+            return [*(Wait(f"empty.{w}") for w in consumers),
+                    Load(Tile("K", b, kvh, j), rows_k * d * e, TMA, signal=full("k_full")),
+                    Load(Tile("V", b, kvh, j), rows_k * d * e, TMA, signal=full("v_full"))]
+
+        producer = Role("producer", WARPS_PER_WARPGROUP, (
+            Load(Tile("Q", b, h, qb), rows_q * d * e, TMA, signal=full("q_full")),
+            Loop("kv", trips, produce)))
+
+        def consumer(w: int) -> Role:
+            nxt = (w + 1) % cw
+            take_turn = [Wait(f"turn.{w}")] if cfg.pingpong and cw > 1 else []
+            give_turn = [Arrive(f"turn.{nxt}")] if cfg.pingpong and cw > 1 else []
+            qk = Mma(rows, bn, d, p.dtype, "wgmma", is_async=True)
+            pv = Mma(rows, d, bn, p.dtype, "wgmma", is_async=True)
+
+            def softmax(j: int) -> list[Item]:
+                scores = rows * bn
+                alu = scores * ALU_PER_SCORE + rows * d * ALU_PER_ACC
+                if block_is_masked(p, cfg, qb, j):
+                    alu += scores * ALU_PER_MASKED_SCORE
+                return [Exp(scores + rows), Alu(alu)]
+
+            release = Arrive(f"empty.{w}")
+            if cfg.intra_wg_overlap:
+                def step(k: int) -> list[Item]:
+                    j = k + 1  # QKᵀ_j with P_{j-1}V_{j-1}; softmax(j) under the PV GEMM
+                    return [Wait(f"k_full.{w}"), *take_turn, qk,
+                            Wait(f"v_full.{w}"), pv, *give_turn,
+                            MmaWait(pending=1), *softmax(j), MmaWait(), release]
+                body = [Wait(f"k_full.{w}"), *take_turn, qk, *give_turn, MmaWait(),
+                        *softmax(0),
+                        Loop("kv", trips - 1, step),
+                        Wait(f"v_full.{w}"), *take_turn, pv, *give_turn, MmaWait(), release]
+            else:
+                def step(j: int) -> list[Item]:
+                    return [Wait(f"k_full.{w}"), *take_turn, qk, MmaWait(), *give_turn,
+                            *softmax(j),
+                            Wait(f"v_full.{w}"), *take_turn, pv, MmaWait(), *give_turn,
+                            release]
+                body = [Loop("kv", trips, step)]
+            my_rows = max(0, min(rows, rows_q - w * rows))
+            return Role(f"consumer{w}", WARPS_PER_WARPGROUP, (
+                Wait(f"q_full.{w}"), *body,
+                Alu(rows * d * ALU_EPILOGUE_PER_OUT),
+                Store(Tile("O", b, h, qb, w), my_rows * d * out_e, TMA),
+                Store(Tile("LSE", b, h, qb, w), my_rows * ACC_BYTES)))
+
+        barriers = {f"empty.{w}": cfg.num_stages for w in consumers}
+        barriers.update({f"turn.{w}": int(w == 0) for w in consumers})
+        return CtaProgram((producer, *(consumer(w) for w in consumers)), barriers)
+
+    regs = registers_per_thread(WARPS_PER_WARPGROUP * 32, fp32_values=rows * d + rows * bn,
+                                packed16_values=rows * bn)
+    launch = Launch("fa3_fwd", n_qb * bh, cfg.threads, smem_bytes(p, cfg), regs, program,
+                    head_classes(n_qb, bh))
+    kvi = p.batch * p.kv_heads
+    tensors = {
+        "Q": TensorSpec("Q", bh, p.seqlen_q, d * e, "input"),
+        "K": TensorSpec("K", kvi, p.seqlen_kv, d * e, "input"),
+        "V": TensorSpec("V", kvi, p.seqlen_kv, d * e, "input"),
+        "O": TensorSpec("O", bh, p.seqlen_q, d * out_e, "output"),
+        "LSE": TensorSpec("LSE", bh, p.seqlen_q, ACC_BYTES, "output"),
+    }
+    return Schedule("fa3", p, cfg, (launch,), tensors)

@@ -1,0 +1,135 @@
+"""A schedule: the launches of an algorithm and, per CTA, its warp roles' programs.
+
+Schedules are data built lazily: `Launch.program(cta)` makes one CTA's program
+on demand and loops expand only when walked. Launch order is the CTA index.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from .ops import CP_ASYNC, LD, Item, Load, Loop, Op, Wait
+from .problem import AttentionProblem, TileConfig
+
+
+@dataclass(frozen=True)
+class Role:
+    """A group of warps running one program (FA3: producer or a consumer warpgroup)."""
+
+    name: str
+    warps: int
+    items: tuple[Item, ...]
+
+
+@dataclass(frozen=True)
+class CtaProgram:
+    """What one CTA does: its roles and its barriers' initial token counts."""
+
+    roles: tuple[Role, ...]
+    barriers: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A global tensor the schedule touches. `instances` is how many (batch,
+    head) copies it has (B·H for Q, B·KVH for K under GQA)."""
+
+    name: str
+    instances: int
+    rows: int
+    row_bytes: int
+    kind: str  # "input", "output", "intermediate" (S, P) or "workspace" (FA1's O, l, m)
+
+    @property
+    def nbytes(self) -> int:
+        return self.instances * self.rows * self.row_bytes
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch. CTAs are numbered in launch order (the order the
+    hardware dispatches them). `classes()` yields (representative CTA,
+    multiplicity): CTAs whose programs are equal apart from which tiles they
+    touch, so counting one and multiplying is exact."""
+
+    name: str
+    grid: int
+    threads: int
+    smem_bytes: int
+    regs_per_thread: int
+    program: Callable[[int], CtaProgram]
+    classes: Callable[[], Iterable[tuple[int, int]]]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    algo: str
+    problem: AttentionProblem
+    config: TileConfig
+    launches: tuple[Launch, ...]
+    tensors: dict[str, TensorSpec]
+
+
+def pipelined_loop(
+    name: str,
+    trips: int,
+    loads_of: Callable[[int], Sequence[Load]],
+    compute_of: Callable[[int], Sequence[Item]],
+    stages: int,
+) -> list[Item]:
+    """A loop whose loads run `stages - 1` iterations ahead of its compute, as
+    Triton's software pipeliner arranges it with cp.async (num_stages buffers).
+
+    With stages == 1 the loads are plain and synchronous. Otherwise the
+    prologue issues iterations 0..stages-2; iteration i issues the loads of
+    i + stages - 1, then waits for its own loads before computing. The barrier
+    `name.ready` counts arrived tiles; a buffer is reused only after the
+    iteration that read it finished, which program order guarantees.
+    """
+    if trips <= 0:
+        return []
+    if stages <= 1:
+        def body(i: int) -> list[Item]:
+            return [*loads_of(i), *compute_of(i)]
+        return [Loop(name, trips, body)]
+
+    barrier = f"{name}.ready"
+    lookahead = stages - 1
+
+    def issue(i: int) -> list[Op]:
+        return [Load(ld.tile, ld.nbytes, CP_ASYNC, signal=(barrier,)) for ld in loads_of(i)]
+
+    def body(i: int) -> list[Item]:
+        ahead = issue(i + lookahead) if i + lookahead < trips else []
+        return [*ahead, Wait(barrier, len(loads_of(i))), *compute_of(i)]
+
+    prologue: list[Item] = []
+    for i in range(min(lookahead, trips)):
+        prologue.extend(issue(i))
+    return [*prologue, Loop(name, trips, body)]
+
+
+def head_classes(grid_per_head: int, heads_total: int, key: Callable[[int], object] | None = None):
+    """classes() for grids laid out as [batch·heads][per-head CTAs] with the
+    per-head index fastest (CTA c is per-head index c % grid_per_head).
+    `key(t)` of per-head index t must be equal for CTAs whose programs cost
+    the same (same op sizes, tile names aside); None keeps every per-head
+    index apart."""
+
+    def classes():
+        if key is None:
+            for t in range(grid_per_head):
+                yield t, heads_total
+            return
+        groups: dict[object, list[int]] = {}
+        for t in range(grid_per_head):
+            group = groups.setdefault(key(t), [t, 0])
+            group[1] += 1
+        for rep, n in groups.values():
+            yield rep, n * heads_total
+
+    return classes
+
+
+def plain_load(tile, nbytes) -> Load:
+    return Load(tile, nbytes, LD)

@@ -1,0 +1,133 @@
+"""Standard (materialised) attention: three launches with S and P in HBM.
+
+1. qk_gemm: S = scale·Q Kᵀ, tiles block_m x block_n, reduction over the head
+   dim in steps of min(block_k, d); grid (tiles per head, B·H), row-major tiles.
+2. softmax: one CTA per row of S (B·H·N_q CTAs), the causal mask applied here
+   (the GEMMs compute every tile, as PyTorch's math path does); writes P.
+3. pv_gemm: O = P V, tiles block_m x min(d, 128), reduction over N_kv in steps
+   of block_k.
+S and P are stored in the input dtype, as kernels/standard.py writes them.
+
+Tiles of S are named per GEMM tile when written and per row when the softmax
+reads them, so the L2 model sees no reuse between the two launches: S is
+2·B·H·N_q·N_kv bytes, hundreds of MB at the sizes of interest, far beyond L2.
+"""
+from __future__ import annotations
+
+from .defaults import softmax_num_warps
+from .ops import Alu, Exp, Load, Mma, Store, Tile
+from .problem import AttentionProblem, TileConfig, cdiv
+from .schedule import (CtaProgram, Launch, Role, Schedule, TensorSpec, head_classes,
+                       pipelined_loop, plain_load)
+from .smem import check_fits_block, registers_per_thread
+
+# Row softmax per element: max, subtract, sum, divide (+1 select under causal).
+SOFTMAX_ALU_PER_ELEMENT = 4
+SOFTMAX_ALU_PER_MASKED = 1
+# Cross-warp reductions (tl.max, tl.sum) stage one fp32 per warp in SMEM.
+REDUCTION_BYTES_PER_WARP = 4
+PV_MAX_BLOCK_D = 128
+
+
+def gemm_smem_bytes(block_m: int, block_n: int, block_k: int, stages: int, elem_bytes: int) -> int:
+    """Triton's pipelined matmul keeps num_stages copies of both operand tiles."""
+    return max(1, stages) * (block_m + block_n) * block_k * elem_bytes
+
+
+def _pv_block_d(problem: AttentionProblem) -> int:
+    return min(problem.head_dim, PV_MAX_BLOCK_D)
+
+
+def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
+    """The largest SMEM of the three launches (they never run together)."""
+    e, d = problem.elem_bytes, problem.head_dim
+    qk = gemm_smem_bytes(cfg.block_m, cfg.block_n, min(cfg.block_k, d), cfg.num_stages, e)
+    pv = gemm_smem_bytes(cfg.block_m, _pv_block_d(problem), cfg.block_k, cfg.num_stages, e)
+    return max(qk, pv)
+
+
+def _gemm_launch(name, p, cfg, m_rows, n_cols, red_len, block_n, block_k,
+                 a_tile, b_tile, c_tile) -> Launch:
+    """C[m_rows, n_cols] = A[m_rows, red_len] · B[red_len, n_cols] per (batch, head).
+    a_tile(b, h, m, k) / b_tile(b, h, n, k) / c_tile(b, h, m, n) name the tiles."""
+    e, bm = p.elem_bytes, cfg.block_m
+    tm, tn, tk = cdiv(m_rows, bm), cdiv(n_cols, block_n), cdiv(red_len, block_k)
+    per_head = tm * tn
+    bh = p.batch * p.heads
+
+    def program(cta: int) -> CtaProgram:
+        t, pair = cta % per_head, cta // per_head
+        b, h = divmod(pair, p.heads)
+        m, n = divmod(t, tn)
+        rows = min(bm, m_rows - m * bm)
+        cols = min(block_n, n_cols - n * block_n)
+
+        def loads_of(k: int):
+            depth = min(block_k, red_len - k * block_k)
+            return [Load(a_tile(b, h, m, k), rows * depth * e),
+                    Load(b_tile(b, h, n, k), cols * depth * e)]
+
+        def compute_of(k: int):
+            return [Mma(bm, block_n, block_k, p.dtype, cfg.mma)]
+
+        items = [*pipelined_loop("k", tk, loads_of, compute_of, cfg.num_stages),
+                 Alu(bm * block_n),  # scale (QK) or convert (PV) the accumulator
+                 Store(c_tile(b, h, m, n), rows * cols * e)]
+        return CtaProgram((Role("warps", cfg.num_warps, tuple(items)),))
+
+    smem = gemm_smem_bytes(bm, block_n, block_k, cfg.num_stages, e)
+    regs = registers_per_thread(cfg.threads, fp32_values=bm * block_n)
+    # Tiles cost the same unless they sit on the last (partial) row or column.
+    edge = lambda t: (t // tn == tm - 1, t % tn == tn - 1)
+    return Launch(name, per_head * bh, cfg.threads, smem, regs, program,
+                  head_classes(per_head, bh, key=edge))
+
+
+def _softmax_launch(p: AttentionProblem) -> Launch:
+    e, n = p.elem_bytes, p.seqlen_kv
+    warps = softmax_num_warps(n)
+    threads = 32 * warps
+    bh = p.batch * p.heads
+    alu = n * (SOFTMAX_ALU_PER_ELEMENT + (SOFTMAX_ALU_PER_MASKED if p.causal else 0))
+
+    def program(cta: int) -> CtaProgram:
+        r, pair = cta % p.seqlen_q, cta // p.seqlen_q
+        b, h = divmod(pair, p.heads)
+        items = (plain_load(Tile("S", b, h, r, -1), n * e),  # col -1: a whole row
+                 Exp(n), Alu(alu),
+                 Store(Tile("P", b, h, r, -1), n * e))
+        return CtaProgram((Role("warps", warps, items),))
+
+    regs = registers_per_thread(threads, fp32_values=1 << (n - 1).bit_length())
+    return Launch("softmax", p.seqlen_q * bh, threads, warps * REDUCTION_BYTES_PER_WARP, regs,
+                  program, head_classes(p.seqlen_q, bh, key=lambda row: 0))
+
+
+def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
+    p, d, e = problem, problem.head_dim, problem.elem_bytes
+    kvh = p.kv_head_of
+    bk_qk = min(cfg.block_k, d)
+    qk = _gemm_launch(
+        "qk_gemm", p, cfg, p.seqlen_q, p.seqlen_kv, d, cfg.block_n, bk_qk,
+        a_tile=lambda b, h, m, k: Tile("Q", b, h, m, k),
+        b_tile=lambda b, h, n, k: Tile("K", b, kvh(h), n, k),
+        c_tile=lambda b, h, m, n: Tile("S", b, h, m, n))
+    pv = _gemm_launch(
+        "pv_gemm", p, cfg, p.seqlen_q, d, p.seqlen_kv, _pv_block_d(p), cfg.block_k,
+        a_tile=lambda b, h, m, k: Tile("P", b, h, m, k),
+        b_tile=lambda b, h, n, k: Tile("V", b, kvh(h), k, n),
+        c_tile=lambda b, h, m, n: Tile("O", b, h, m, n))
+    bh, kvi = p.batch * p.heads, p.batch * p.kv_heads
+    tensors = {
+        "Q": TensorSpec("Q", bh, p.seqlen_q, d * e, "input"),
+        "K": TensorSpec("K", kvi, p.seqlen_kv, d * e, "input"),
+        "V": TensorSpec("V", kvi, p.seqlen_kv, d * e, "input"),
+        "S": TensorSpec("S", bh, p.seqlen_q, p.seqlen_kv * e, "intermediate"),
+        "P": TensorSpec("P", bh, p.seqlen_q, p.seqlen_kv * e, "intermediate"),
+        "O": TensorSpec("O", bh, p.seqlen_q, d * e, "output"),
+    }
+    return Schedule("standard", p, cfg, (qk, _softmax_launch(p), pv), tensors)
+
+
+def check(problem: AttentionProblem, cfg: TileConfig, smem_limit: int) -> None:
+    check_fits_block(smem_bytes(problem, cfg), smem_limit, "standard GEMMs")

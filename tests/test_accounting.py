@@ -1,0 +1,154 @@
+"""The accounting, checked against closed forms over random problems."""
+from hypothesis import given, settings, strategies as st
+
+import algorithms
+from algorithms.accounting import count
+from algorithms.fa1 import last_kv_block, paper_block_sizes
+from algorithms.fa2 import kv_trips
+from algorithms.problem import AttentionProblem, TileConfig, cdiv
+
+blocks = st.sampled_from([16, 32, 64, 128])
+
+
+@st.composite
+def problems(draw, causal=None):
+    kv_heads = draw(st.sampled_from([1, 2, 4]))
+    group = draw(st.sampled_from([1, 2, 4]))
+    nq = draw(st.integers(1, 700))
+    nkv = draw(st.integers(nq, 900)) if draw(st.booleans()) else nq
+    c = draw(st.booleans()) if causal is None else causal
+    return AttentionProblem(batch=draw(st.integers(1, 3)), heads=kv_heads * group, kv_heads=kv_heads,
+                            seqlen_q=nq, seqlen_kv=nkv, head_dim=draw(st.sampled_from([32, 64, 128])),
+                            causal=c, dtype=draw(st.sampled_from(["fp16", "bf16"])))
+
+
+@st.composite
+def configs(draw):
+    return TileConfig(block_m=draw(blocks), block_n=draw(blocks), num_warps=4,
+                      num_stages=draw(st.integers(1, 4)), block_k=draw(st.sampled_from([32, 64])))
+
+
+def sizes(p):
+    e, d = p.elem_bytes, p.head_dim
+    return dict(q=p.batch * p.heads * p.seqlen_q * d * e,
+                kv=p.batch * p.kv_heads * p.seqlen_kv * d * e,
+                o=p.batch * p.heads * p.seqlen_q * d * e,
+                rows=p.batch * p.heads * p.seqlen_q)
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(causal=False), configs())
+def test_fa2_noncausal_reads_q_once_kv_once_per_q_block(p, cfg):
+    c = count(algorithms.build("fa2", p, cfg))
+    n_qb, n_kb = cdiv(p.seqlen_q, cfg.block_m), cdiv(p.seqlen_kv, cfg.block_n)
+    bh, row = p.batch * p.heads, p.head_dim * p.elem_bytes
+    s = sizes(p)
+    assert c.load_bytes["Q"] == s["q"]
+    assert c.load_bytes["K"] == c.load_bytes["V"] == bh * n_qb * p.seqlen_kv * row
+    assert c.store_bytes == {"O": s["o"], "LSE": 4 * s["rows"]}
+    assert c.flops_matmul == 4 * bh * n_qb * cfg.block_m * n_kb * cfg.block_n * p.head_dim
+    assert c.compulsory_read_bytes == s["q"] + 2 * s["kv"]
+    assert c.compulsory_write_bytes == s["o"] + 4 * s["rows"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(causal=True), configs())
+def test_fa2_causal_skips_blocks_above_the_diagonal(p, cfg):
+    c = count(algorithms.build("fa2", p, cfg))
+    bh, row = p.batch * p.heads, p.head_dim * p.elem_bytes
+    kv_rows = flops = 0
+    for qb in range(cdiv(p.seqlen_q, cfg.block_m)):
+        last_row = min((qb + 1) * cfg.block_m, p.seqlen_q) - 1
+        visible_cols = min(p.seqlen_kv, last_row + p.seqlen_kv - p.seqlen_q + 1)
+        trips = cdiv(visible_cols, cfg.block_n)
+        assert trips == kv_trips(p, cfg.block_n, last_row)
+        kv_rows += min(p.seqlen_kv, trips * cfg.block_n)
+        flops += 4 * cfg.block_m * trips * cfg.block_n * p.head_dim
+    assert c.load_bytes["K"] == bh * kv_rows * row
+    assert c.flops_matmul == bh * flops
+    assert c.load_bytes["Q"] == sizes(p)["q"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(causal=False), configs())
+def test_fa1_round_trips_o_l_m_for_every_kv_block(p, cfg):
+    c = count(algorithms.build("fa1", p, cfg))
+    tc = cdiv(p.seqlen_kv, cfg.block_n)
+    bh, d, e = p.batch * p.heads, p.head_dim, p.elem_bytes
+    rows = bh * p.seqlen_q
+    assert c.load_bytes["K"] == c.load_bytes["V"] == bh * p.seqlen_kv * d * e  # once per CTA
+    assert c.load_bytes["Q"] == tc * rows * d * e
+    assert c.load_bytes.get("O_acc", 0) == (tc - 1) * rows * d * 4
+    assert c.load_bytes.get("l", 0) == c.load_bytes.get("m", 0) == (tc - 1) * rows * 4
+    assert c.store_bytes.get("O_acc", 0) == (tc - 1) * rows * d * 4
+    assert c.store_bytes["O"] == rows * d * e
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems(causal=True), configs())
+def test_fa1_causal_visits_the_same_blocks_as_fa2(p, cfg):
+    """Both skip exactly the (Q block, K/V block) pairs above the diagonal."""
+    fa1, fa2 = (count(algorithms.build(a, p, cfg)) for a in ("fa1", "fa2"))
+    assert fa1.flops_matmul == fa2.flops_matmul
+    bh = p.batch * p.heads
+    visits = sum(last_kv_block(p, cfg.block_m, cfg.block_n, i) + 1
+                 for i in range(cdiv(p.seqlen_q, cfg.block_m)))
+    q_rows = sum(min(cfg.block_m, p.seqlen_q - i * cfg.block_m) * (last_kv_block(p, cfg.block_m, cfg.block_n, i) + 1)
+                 for i in range(cdiv(p.seqlen_q, cfg.block_m)))
+    assert fa1.load_bytes["Q"] == bh * q_rows * p.head_dim * p.elem_bytes
+    assert visits >= cdiv(p.seqlen_q, cfg.block_m)
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems(), configs())
+def test_standard_moves_s_and_p_through_hbm(p, cfg):
+    c = count(algorithms.build("standard", p, cfg))
+    sp = p.batch * p.heads * p.seqlen_q * p.seqlen_kv * p.elem_bytes
+    assert c.store_bytes["S"] == c.load_bytes["S"] == sp
+    assert c.store_bytes["P"] == c.load_bytes["P"] == sp
+    tn = cdiv(p.seqlen_kv, cfg.block_n)
+    assert c.load_bytes["Q"] == tn * sizes(p)["q"]
+    assert c.compulsory_read_bytes == sizes(p)["q"] + 2 * sizes(p)["kv"] + 2 * sp
+    assert c.flops_exp == p.batch * p.heads * p.seqlen_q * p.seqlen_kv
+
+
+@settings(max_examples=30, deadline=None)
+@given(problems(), st.sampled_from([64, 128]))
+def test_fa3_moves_the_same_bytes_as_fa2_with_the_same_tiles(p, block_n):
+    fa3_cfg = algorithms.default_config("fa3", p).with_(block_n=block_n)
+    fa2_cfg = TileConfig(block_m=fa3_cfg.block_m, block_n=block_n)
+    a, b = count(algorithms.build("fa3", p, fa3_cfg)), count(algorithms.build("fa2", p, fa2_cfg))
+    assert a.load_bytes == b.load_bytes and a.store_bytes == b.store_bytes
+    assert a.flops_matmul == b.flops_matmul
+
+
+def test_fa1_traffic_falls_as_smem_grows_theorem_2():
+    """Theorem 2: Θ(N²d²/M) HBM accesses. Doubling M roughly halves the traffic."""
+    p = AttentionProblem(batch=1, heads=1, seqlen_q=4096, head_dim=64)
+    totals = []
+    for sram in (16 * 1024, 32 * 1024, 64 * 1024, 128 * 1024):
+        br, bc = paper_block_sizes(sram, p.head_dim, p.elem_bytes)
+        cfg = TileConfig(block_m=br, block_n=bc, num_warps=4, num_stages=1)
+        c = count(algorithms.build("fa1", p, cfg))
+        totals.append(c.global_read_bytes + c.global_write_bytes)
+    assert all(a > b for a, b in zip(totals, totals[1:])), totals
+    # dominated by Q/O re-reads ∝ 1/B_c: each doubling of M saves at least 40%
+    assert all(b / a < 0.6 for a, b in zip(totals, totals[1:])), totals
+
+
+def test_issue_example_exact_matmul_flops():
+    p = AttentionProblem(batch=4, heads=16, seqlen_q=4096, head_dim=128)
+    for algo in algorithms.ALGORITHMS:
+        c = count(algorithms.build(algo, p))
+        assert c.flops_matmul == 4 * 4 * 16 * 4096 ** 2 * 128, algo
+
+
+def test_lazy_schedule_builds_fast_at_16k():
+    """A 16k-token problem never materialises its millions of ops up front."""
+    import time
+    p = AttentionProblem(batch=1, heads=16, seqlen_q=16384, head_dim=128, causal=True)
+    t = time.perf_counter()
+    for algo in algorithms.ALGORITHMS:
+        s = algorithms.build(algo, p)
+        s.launches[0].program(s.launches[0].grid - 1)
+    assert time.perf_counter() - t < 0.1

@@ -1,0 +1,67 @@
+"""AttentionProblem and TileConfig refuse bad values with one clear line."""
+import pytest
+
+import algorithms
+from algorithms.errors import DoesNotFit, InvalidConfig, InvalidProblem, UnsupportedAlgorithm
+from algorithms.problem import AttentionProblem, TileConfig
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(batch=0), "batch must be a positive integer"),
+    (dict(heads=6, kv_heads=4), "must be a multiple of kv_heads"),
+    (dict(head_dim=96), "head_dim must be one of"),
+    (dict(dtype="fp32"), "dtype must be one of fp16, bf16, fp8"),
+    (dict(causal=True, seqlen_q=200, seqlen_kv=100), "causal attention needs seqlen_q <= seqlen_kv"),
+    (dict(causal="yes"), "causal must be True or False"),
+    (dict(seqlen_q=2.5), "seqlen_q must be a positive integer"),
+])
+def test_bad_problems(kwargs, message):
+    base = dict(batch=1, heads=4, seqlen_q=128, head_dim=64)
+    base.update(kwargs)
+    with pytest.raises(InvalidProblem, match=message):
+        AttentionProblem(**base)
+
+
+def test_problem_defaults_and_gqa():
+    p = AttentionProblem(batch=2, heads=8, kv_heads=2, seqlen_q=100, head_dim=64)
+    assert p.seqlen_kv == 100 and p.group_size == 4 and p.kv_head_of(5) == 1
+    assert p.reference_flops() == 4 * 2 * 8 * 100 * 100 * 64
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(block_m=96), "block_m must be a power of two"),
+    (dict(block_n=512), "block_n must be a power of two in \\[16, 256\\]"),
+    (dict(num_stages=0), "num_stages must be a positive integer"),
+    (dict(num_warps=64), "num_warps must be in \\[1, 32\\]"),
+    (dict(mma="hmma"), "mma must be one of"),
+])
+def test_bad_configs(kwargs, message):
+    with pytest.raises(InvalidConfig, match=message):
+        TileConfig(**kwargs)
+
+
+def test_check_refuses_what_does_not_fit_with_required_and_limit():
+    p = AttentionProblem(batch=4, heads=16, seqlen_q=4096, head_dim=128)
+    cfg = TileConfig(block_m=128, block_n=128, num_warps=8, num_stages=4)
+    with pytest.raises(DoesNotFit) as err:
+        algorithms.check("fa2", p, cfg, 232448)
+    assert err.value.limit == 232448 and err.value.required > 232448
+    assert "Required:" in str(err.value) and "Hardware limit: 232448" in str(err.value)
+
+
+def test_unknown_algorithm_and_fp8_outside_fa3():
+    p = AttentionProblem(batch=1, heads=1, seqlen_q=64, head_dim=64, dtype="fp8")
+    with pytest.raises(UnsupportedAlgorithm, match="unknown algorithm 'fa4'"):
+        algorithms.build("fa4", p)
+    with pytest.raises(UnsupportedAlgorithm, match="fa2 has no fp8 kernel"):
+        algorithms.check("fa2", p, TileConfig(), 232448)
+
+
+def test_fa3_config_rules():
+    p = AttentionProblem(batch=1, heads=1, seqlen_q=64, head_dim=128)
+    good = algorithms.default_config("fa3", p)
+    algorithms.check("fa3", p, good, 232448)
+    with pytest.raises(InvalidConfig, match="needs num_warps=12"):
+        algorithms.check("fa3", p, good.with_(num_warps=8), 232448)
+    with pytest.raises(InvalidConfig, match="multiple of 64 rows"):
+        algorithms.check("fa3", p, good.with_(block_m=64), 232448)

@@ -26,16 +26,16 @@ def registers_per_thread(threads: int, fp32_values: int, packed16_values: int = 
 
 
 def triton_fa_smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
-    """SMEM Triton 3.6 allocates for kernels/fa2.py on sm_90.
-
-    Provisional rule until the probe's CSV lands: the Q tile plus num_stages
-    buffers of K and V (a stage-1 loop still stages K and V through SMEM for
-    the tensor cores).
-    """
+    """SMEM Triton 3.6 allocates for kernels/fa2.py on sm_90 (exact on all 288
+    cross-compiled configs of experiments/results/triton_smem_fa2.csv):
+    one [block_m, d] Q buffer (wgmma reads its A operand from SMEM), plus
+    num_stages buffers each of K and V when the loop is pipelined; with
+    num_stages == 1 K and V share one buffer. P goes to the second GEMM from
+    registers and reduction scratch reuses these buffers: no other SMEM.
+    num_warps and causal never change it."""
     e, d = problem.elem_bytes, problem.head_dim
-    q = cfg.block_m * d * e
-    kv = 2 * cfg.block_n * d * e
-    return q + max(1, cfg.num_stages) * kv
+    kv_buffers = 2 * cfg.num_stages if cfg.num_stages >= 2 else 1
+    return e * d * (cfg.block_m + cfg.block_n * kv_buffers)
 
 
 def check_fits_block(required: int, limit: int, what: str) -> None:

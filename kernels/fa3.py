@@ -1,0 +1,319 @@
+"""FlashAttention-3-style forward (arXiv 2407.08608) for Hopper (sm_90) in Triton.
+
+Schedule (algorithms/fa3.py replays this order): the grid and loop order of
+fa2 -- grid = (cdiv(Nq, BM), B*H), program_id(0) = Q block i, program_id(1) =
+b*H + h, K/V head h // (H // KVH); Q_i loaded once; for j in 0 .. T-1 (causal:
+T = min(cdiv(Nkv, BN), cdiv(last_row + Nkv - Nq + 1, BN))) S = Q_i K_jᵀ,
+online softmax (exp2, folded scale), O += P V_j; O_i and LSE_i written once.
+What differs from fa2 is how K_j/V_j arrive and who does what:
+  * K/V (and Q) come through TMA tensor descriptors built on the device
+    (tl.make_tensor_descriptor over the [B*KVH*Nkv, D] view) into a
+    num_stages-deep SMEM ring guarded by mbarriers;
+  * the unmasked part of the loop is a tl.range(..., warp_specialize=...)
+    loop: Triton splits it into a producer partition that issues the TMA loads
+    and consumer warps that run wgmma and the softmax (config.pingpong /
+    consumer_warpgroups are not separately controllable through Triton's
+    automatic warp specialisation: the compiler decides the partitioning; the
+    schedule models FA3's explicit two-consumer pingpong, the kernel gets
+    whatever overlap Triton 3.6 builds -- written down here and in
+    algorithms/fa3.py);
+  * the diagonal / tail blocks (n_full .. T-1) run in a second, masked loop.
+Rows of the flattened view past a head's Nkv belong to the next head (or are
+zero-filled by TMA at the end of the tensor); they are masked to -inf in S, so
+P is 0 there. O is stored with masked plain stores so a tail tile never
+writes into the next head's rows.
+
+forward_fp8: e4m3 Q, K, V with one fp32 scale per (batch, head, row block)
+(block_m rows for Q, block_n rows for K and V); S is descaled by q_scale·k_scale,
+P is rounded to e4m3 (it lies in [0, 1]) and P·V_j is descaled by v_scale_j.
+wgmma needs both fp8 operands K-major, so V is stored transposed
+([B, KVH, D, Nkv]) by quantize_fp8 -- FA3 transposes V in the kernel instead.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from algorithms.errors import InvalidProblem, UnsupportedAlgorithm
+from algorithms.problem import AttentionProblem, TileConfig, cdiv
+
+from .common import LOG2E, interpreting, is_hopper, launch, problem_of, resolve_config, resolve_scale
+
+FP8 = getattr(torch, "float8_e4m3fn", None)
+FP8_MAX = 448.0  # largest finite e4m3fn value
+
+
+@triton.jit
+def _fa3_block(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, start_n, offs_m, offs_n, n_kv,
+               causal_off, qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    k = desc_k.load([kv_row0 + start_n, 0])
+    qk = tl.dot(q, k.T)
+    if MASKED:
+        cols = start_n + offs_n
+        keep = (cols < n_kv)[None, :]
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= offs_m[:, None] + causal_off)
+        qk = tl.where(keep, qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    v = desc_v.load([kv_row0 + start_n, 0])
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _fa3_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, n_q_rows, n_kv_rows,
+             H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+             WARP_SPEC: tl.constexpr):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    kvh = b * (H // GROUP) + h // GROUP
+    desc_q = tl.make_tensor_descriptor(Q, shape=[n_q_rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_M, HEAD_DIM])
+    desc_k = tl.make_tensor_descriptor(K, shape=[n_kv_rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_N, HEAD_DIM])
+    desc_v = tl.make_tensor_descriptor(V, shape=[n_kv_rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_N, HEAD_DIM])
+    q_row0 = bh * n_q
+    kv_row0 = kvh * n_kv
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = desc_q.load([q_row0 + pid_m * BLOCK_M, 0])
+
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    n_blocks = tl.cdiv(n_kv, BLOCK_N)
+    n_full = n_kv // BLOCK_N
+    if CAUSAL:
+        last_row = tl.minimum((pid_m + 1) * BLOCK_M, n_q) - 1
+        n_blocks = tl.minimum(n_blocks, tl.cdiv(last_row + causal_off + 1, BLOCK_N))
+        n_full = tl.maximum(tl.minimum(n_full, (pid_m * BLOCK_M + causal_off + 1) // BLOCK_N), 0)
+
+    for j in tl.range(0, n_full, warp_specialize=WARP_SPEC):
+        acc, l_i, m_i = _fa3_block(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, j * BLOCK_N, offs_m,
+                                   offs_n, n_kv, causal_off, qk_scale, False, CAUSAL)
+    for j in range(n_full, n_blocks):
+        acc, l_i, m_i = _fa3_block(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, j * BLOCK_N, offs_m,
+                                   offs_n, n_kv, causal_off, qk_scale, True, CAUSAL)
+
+    o = acc / l_i[:, None]
+    row_ok = offs_m < n_q
+    o_base = bh.to(tl.int64) * n_q * HEAD_DIM
+    tl.store(O + o_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], o.to(O.dtype.element_ty),
+             mask=row_ok[:, None])
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+    tl.store(LSE + bh.to(tl.int64) * n_q + offs_m, lse, mask=row_ok)
+
+
+@triton.jit
+def _fa3_fp8_fwd(Q, K, VT, QS, KS, VS, O, LSE, qk_scale, n_q, n_kv, causal_off, n_q_rows,
+                 n_kv_rows, n_vt_rows,
+                 H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    kvh = b * (H // GROUP) + h // GROUP
+    # VT is [B*KVH*D, Nkv_pad]: row = (kv head, d), column = key position
+    desc_q = tl.make_tensor_descriptor(Q, shape=[n_q_rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_M, HEAD_DIM])
+    desc_k = tl.make_tensor_descriptor(K, shape=[n_kv_rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_N, HEAD_DIM])
+    desc_vt = tl.make_tensor_descriptor(VT, shape=[n_vt_rows, n_kv], strides=[n_kv, 1],
+                                        block_shape=[HEAD_DIM, BLOCK_N])
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = desc_q.load([bh * n_q + pid_m * BLOCK_M, 0])
+    n_kv_blk = tl.cdiv(n_kv, BLOCK_N)
+    q_scale = tl.load(QS + bh * tl.cdiv(n_q, BLOCK_M) + pid_m) * qk_scale
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    n_blocks = n_kv_blk
+    if CAUSAL:
+        last_row = tl.minimum((pid_m + 1) * BLOCK_M, n_q) - 1
+        n_blocks = tl.minimum(n_blocks, tl.cdiv(last_row + causal_off + 1, BLOCK_N))
+    for j in range(0, n_blocks):
+        k = desc_k.load([kvh * n_kv + j * BLOCK_N, 0])
+        s_scale = q_scale * tl.load(KS + kvh * n_kv_blk + j)
+        qk = tl.dot(q, k.T) * s_scale
+        cols = j * BLOCK_N + offs_n
+        keep = (cols < n_kv)[None, :]
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= offs_m[:, None] + causal_off)
+        qk = tl.where(keep, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        vt = desc_vt.load([kvh * HEAD_DIM, j * BLOCK_N])
+        pv = tl.dot(p.to(vt.dtype), vt.T)
+        acc = acc * alpha[:, None] + pv * tl.load(VS + kvh * n_kv_blk + j)
+        m_i = m_new
+    o = acc / l_i[:, None]
+    row_ok = offs_m < n_q
+    tl.store(O + bh.to(tl.int64) * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
+             o.to(O.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(LSE + bh.to(tl.int64) * n_q + offs_m, (m_i + tl.math.log2(l_i)) * 0.6931471805599453,
+             mask=row_ok)
+
+
+_ALLOCATOR_SET = False
+
+
+def _ensure_allocator():
+    """Device-side tensor descriptors need a scratch buffer per CTA (128 B
+    each) from a user allocator."""
+    global _ALLOCATOR_SET
+    if not _ALLOCATOR_SET:
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
+                                                                     device="cuda"))
+        _ALLOCATOR_SET = True
+
+
+def _require_hopper(device):
+    if interpreting() or not torch.cuda.is_available() or device.type != "cuda":
+        raise UnsupportedAlgorithm("fa3 needs a Hopper GPU (sm_90: TMA and wgmma); no CUDA device here")
+    cap = torch.cuda.get_device_capability(device)
+    if cap[0] != 9:
+        raise UnsupportedAlgorithm(f"fa3 needs a Hopper GPU (sm_90: TMA and wgmma), got sm_{cap[0]}{cap[1]}")
+
+
+def _use_warp_spec(cfg: TileConfig) -> bool:
+    # the producer warpgroup of the config is Triton's own partition: ask for
+    # warp specialisation whenever the config has more than one warpgroup
+    return cfg.num_warps >= 8
+
+
+def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
+            return_lse=False):
+    """FA3-style attention on Hopper. Same contract as kernels.fa2.forward.
+
+    config.num_warps counts all warps of the CTA (producer + consumers), as
+    TileConfig documents; the Triton launch gets num_warps // (1 + consumer_warpgroups)
+    * consumer_warpgroups compute warps when warp specialisation is on, since
+    Triton adds the producer partition's warps itself."""
+    problem = problem_of(q, k, v, causal)
+    _require_hopper(q.device)
+    cfg = resolve_config("fa3", problem, config, q.device)
+    scale = resolve_scale(sm_scale, problem.head_dim)
+    _ensure_allocator()
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    ws = _use_warp_spec(cfg)
+    warps = cfg.num_warps - 4 if ws and cfg.num_warps > 8 else cfg.num_warps
+    grid = (cdiv(problem.seqlen_q, cfg.block_m), problem.batch * problem.heads)
+    launch(_fa3_fwd[grid], q, k, v, o, lse, scale * LOG2E, problem.seqlen_q, problem.seqlen_kv,
+           problem.causal_offset, q.shape[0] * q.shape[1] * q.shape[2],
+           k.shape[0] * k.shape[1] * k.shape[2],
+           H=problem.heads, GROUP=problem.group_size, HEAD_DIM=problem.head_dim,
+           BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=problem.causal, WARP_SPEC=ws,
+           num_warps=warps, num_stages=cfg.num_stages)
+    return (o, lse) if return_lse else o
+
+
+def quantize_fp8(x, block_rows: int, transpose: bool = False):
+    """e4m3 copy of x [B, H, N, D] with one fp32 scale per (b, h, block of
+    block_rows rows): scale = amax(block) / 448, x8 = x / scale. Returns
+    (x8, scales [B, H, cdiv(N, block_rows)]); with transpose, x8 is
+    [B, H, D, N_pad] (N padded to a multiple of 16 so TMA rows stay 16-byte
+    aligned), the K-major layout wgmma needs for the V operand."""
+    b, h, n, d = x.shape
+    nb = cdiv(n, block_rows)
+    pad = nb * block_rows - n
+    xf = torch.nn.functional.pad(x.float(), (0, 0, 0, pad)).view(b, h, nb, block_rows, d)
+    amax = xf.abs().amax(dim=(-1, -2)).clamp_min(1e-12)
+    scales = (amax / FP8_MAX).contiguous()
+    x8 = (xf / scales[..., None, None]).view(b, h, nb * block_rows, d)[:, :, :n]
+    x8 = x8.to(FP8)
+    if transpose:
+        npad = cdiv(n, 16) * 16
+        t = torch.zeros(b, h, d, npad, dtype=FP8, device=x.device)
+        t[..., :n] = x8.transpose(-1, -2)
+        x8 = t
+    return x8.contiguous(), scales
+
+
+def forward_fp8(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
+                return_lse=False, scales=None, out_dtype=torch.bfloat16):
+    """FP8 (e4m3) forward with per-block scales, at twice the bf16 matmul rate.
+
+    Either pass bf16/fp16 q, k, v (quantised here with quantize_fp8), or
+    already-quantised e4m3 q [B,H,Nq,D], k [B,KVH,Nkv,D], vT [B,KVH,D,Nkv_pad]
+    with scales=(q_scale, k_scale, v_scale) from quantize_fp8 (block_m rows for
+    q, block_n for k and v). Returns O in out_dtype."""
+    if q.dtype in (torch.bfloat16, torch.float16):
+        problem = problem_of(q, k, v, causal)
+        _require_hopper(q.device)
+        cfg = resolve_config("fa3", problem.with_(dtype="fp8"), config, q.device)
+        out_dtype = q.dtype
+        q8, qs = quantize_fp8(q, cfg.block_m)
+        k8, ks = quantize_fp8(k, cfg.block_n)
+        v8, vs = quantize_fp8(v, cfg.block_n, transpose=True)
+    else:
+        if FP8 is None or q.dtype != FP8 or scales is None:
+            raise InvalidProblem("forward_fp8 takes bf16/fp16 q, k, v, or float8_e4m3fn ones with "
+                                 "scales=(q_scale, k_scale, v_scale) from quantize_fp8")
+        q8, k8, v8 = q, k, v
+        qs, ks, vs = scales
+        problem = problem_of(q8, k8, k8, causal, dtypes=(FP8,))
+        _require_hopper(q.device)
+        cfg = resolve_config("fa3", problem, config, q.device)
+    if problem.head_dim < 32:
+        raise InvalidProblem(f"forward_fp8 needs head_dim >= 32 (fp8 wgmma K step), got {problem.head_dim}")
+    scale = resolve_scale(sm_scale, problem.head_dim)
+    _ensure_allocator()
+    b, h, nq, d = q8.shape
+    kvh, nkv = k8.shape[1], k8.shape[2]
+    o = torch.empty(b, h, nq, d, dtype=out_dtype, device=q8.device)
+    lse = torch.empty(b, h, nq, dtype=torch.float32, device=q8.device)
+    grid = (cdiv(nq, cfg.block_m), b * h)
+    warps = 8 if cfg.num_warps >= 8 else 4
+    launch(_fa3_fp8_fwd[grid], q8, k8, v8, qs, ks, vs, o, lse, scale * LOG2E, nq, nkv,
+           problem.causal_offset, b * h * nq, b * kvh * nkv, b * kvh * d,
+           H=h, GROUP=h // kvh, HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+           CAUSAL=problem.causal, num_warps=warps, num_stages=cfg.num_stages)
+    return (o, lse) if return_lse else o
+
+
+def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90,)) -> dict:
+    """Cross-compile _fa3_fwd for sm_90 without a GPU: {"smem_bytes", "n_regs", "warp_specialized"}."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from .fa2 import _regs_from_cubin
+
+    dt = {"bf16": "*bf16", "fp16": "*fp16"}[problem.dtype]
+    sig = {"Q": dt, "K": dt, "V": dt, "O": dt, "LSE": "*fp32", "qk_scale": "fp32",
+           "n_q": "i32", "n_kv": "i32", "causal_off": "i32", "n_q_rows": "i32", "n_kv_rows": "i32",
+           "H": "constexpr", "GROUP": "constexpr", "HEAD_DIM": "constexpr",
+           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "CAUSAL": "constexpr",
+           "WARP_SPEC": "constexpr"}
+    ws = _use_warp_spec(config)
+    consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": problem.head_dim,
+              "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "CAUSAL": problem.causal,
+              "WARP_SPEC": ws}
+    names = list(sig)
+    ints = {"n_q": problem.seqlen_q, "n_kv": problem.seqlen_kv, "causal_off": problem.causal_offset,
+            "n_q_rows": problem.batch * problem.heads * problem.seqlen_q,
+            "n_kv_rows": problem.batch * problem.kv_heads * problem.seqlen_kv}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("Q", "K", "V", "O", "LSE")}
+    attrs.update({(names.index(n),): [["tt.divisibility", 16]] for n, val in ints.items() if val % 16 == 0})
+    warps = config.num_warps - 4 if ws and config.num_warps > 8 else config.num_warps
+    compiled = triton.compile(ASTSource(fn=_fa3_fwd, signature=sig, constexprs=consts, attrs=attrs),
+                              target=GPUTarget("cuda", target[0], 32),
+                              options={"num_warps": warps, "num_stages": config.num_stages})
+    ttgir = compiled.asm.get("ttgir", "")
+    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": _regs_from_cubin(compiled),
+            "warp_specialized": "ttg.warp_specialize" in ttgir, "ttgir": ttgir}

@@ -1,0 +1,126 @@
+"""Standard (unfused) attention: three Triton launches, S and P through HBM.
+
+Schedule (algorithms/standard.py replays exactly this):
+  1. QKᵀ GEMM, grid = (cdiv(Nq, BM) * cdiv(Nkv, BN), B*H) with BM = block_m,
+     BN = block_n; pid0 -> m = pid0 // cdiv(Nkv, BN), n = pid0 % cdiv(Nkv, BN);
+     the reduction over D runs in steps of BK = min(block_k, D); writes
+     S = sm_scale · Q Kᵀ in the input dtype. Every tile is computed, causal or
+     not (as PyTorch's math path does); num_warps/num_stages from the config.
+  2. Row softmax, one program per row, grid = (B*H*Nq,), num_warps =
+     algorithms.defaults.softmax_num_warps(Nkv): reads a whole S row, applies
+     the causal mask there (bottom-right aligned: column c visible iff
+     c <= r + Nkv - Nq), writes P = softmax(row) in the input dtype.
+  3. PV GEMM, grid = (cdiv(Nq, BM) * cdiv(D, BD), B*H) with BD = min(D, 128);
+     pid0 -> m = pid0 // cdiv(D, BD), n = pid0 % cdiv(D, BD); the reduction over
+     Nkv runs in steps of block_k; writes O in the input dtype.
+GQA: query head h reads K/V head h // (H // KVH). Tails are masked loads and
+stores; padded tiles still run the full MMA. The LSE (return_lse) is computed
+by the softmax kernel from the row it already holds.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from algorithms.defaults import softmax_num_warps
+from algorithms.problem import TileConfig, cdiv
+
+from .common import launch, problem_of, resolve_config, resolve_scale
+
+
+@triton.jit
+def _qk_gemm(Q, K, S, scale, n_q, n_kv, H: tl.constexpr, GROUP: tl.constexpr,
+             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    n_tiles_n = tl.cdiv(n_kv, BLOCK_N)
+    pid_m = pid // n_tiles_n
+    pid_n = pid % n_tiles_n
+    kvh = (bh // H) * (H // GROUP) + (bh % H) // GROUP
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    q_ptrs = Q + bh.to(tl.int64) * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_k[None, :]
+    k_ptrs = K + kvh.to(tl.int64) * n_kv * HEAD_DIM + offs_n[None, :] * HEAD_DIM + offs_k[:, None]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for kk in range(0, HEAD_DIM // BLOCK_K):
+        a = tl.load(q_ptrs + kk * BLOCK_K, mask=(offs_m < n_q)[:, None], other=0.0)
+        b = tl.load(k_ptrs + kk * BLOCK_K, mask=(offs_n < n_kv)[None, :], other=0.0)
+        acc = tl.dot(a, b, acc)
+    s = (acc * scale).to(S.dtype.element_ty)
+    s_ptrs = S + bh.to(tl.int64) * n_q * n_kv + offs_m[:, None].to(tl.int64) * n_kv + offs_n[None, :]
+    tl.store(s_ptrs, s, mask=(offs_m < n_q)[:, None] & (offs_n < n_kv)[None, :])
+
+
+@triton.jit
+def _row_softmax(S, P, LSE, n_q, n_kv, causal_off, CAUSAL: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    r = row % n_q
+    cols = tl.arange(0, BLOCK)
+    keep = cols < n_kv
+    if CAUSAL:
+        keep = keep & (cols <= r + causal_off)
+    base = row.to(tl.int64) * n_kv
+    s = tl.load(S + base + cols, mask=keep, other=float("-inf")).to(tl.float32)
+    m = tl.max(s, 0)
+    e = tl.exp(s - m)
+    denom = tl.sum(e, 0)
+    tl.store(P + base + cols, (e / denom).to(P.dtype.element_ty), mask=cols < n_kv)
+    tl.store(LSE + row, m + tl.log(denom))
+
+
+@triton.jit
+def _pv_gemm(P, V, O, n_q, n_kv, H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    n_tiles_d: tl.constexpr = HEAD_DIM // BLOCK_D
+    pid_m = pid // n_tiles_d
+    pid_d = pid % n_tiles_d
+    kvh = (bh // H) * (H // GROUP) + (bh % H) // GROUP
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    offs_k = tl.arange(0, BLOCK_K)
+    p_ptrs = P + bh.to(tl.int64) * n_q * n_kv + offs_m[:, None].to(tl.int64) * n_kv + offs_k[None, :]
+    v_ptrs = V + kvh.to(tl.int64) * n_kv * HEAD_DIM + offs_k[:, None] * HEAD_DIM + offs_d[None, :]
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for kk in range(0, tl.cdiv(n_kv, BLOCK_K)):
+        k_ok = kk * BLOCK_K + offs_k < n_kv
+        a = tl.load(p_ptrs + kk * BLOCK_K, mask=(offs_m < n_q)[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(v_ptrs + kk * BLOCK_K * HEAD_DIM, mask=k_ok[:, None], other=0.0)
+        acc = tl.dot(a, b, acc)
+    o_ptrs = O + bh.to(tl.int64) * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m < n_q)[:, None])
+
+
+def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
+            return_lse=False, keep_intermediates=False):
+    """Unfused attention in three launches. Same contract as kernels.fa2.forward;
+    keep_intermediates=True also returns (S, P) for inspection."""
+    problem = problem_of(q, k, v, causal)
+    cfg = resolve_config("standard", problem, config, q.device)
+    scale = resolve_scale(sm_scale, problem.head_dim)
+    b, h, nq, d = q.shape
+    nkv = k.shape[2]
+    kw = dict(H=h, GROUP=problem.group_size, HEAD_DIM=d)
+    s = torch.empty(b, h, nq, nkv, dtype=q.dtype, device=q.device)
+    p = torch.empty_like(s)
+    o = torch.empty_like(q)
+    lse = torch.empty(b, h, nq, dtype=torch.float32, device=q.device)
+    bk = min(cfg.block_k, d)
+    launch(_qk_gemm[(cdiv(nq, cfg.block_m) * cdiv(nkv, cfg.block_n), b * h)], q, k, s, scale, nq, nkv,
+           BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk, num_warps=cfg.num_warps,
+           num_stages=cfg.num_stages, **kw)
+    block = triton.next_power_of_2(nkv)
+    launch(_row_softmax[(b * h * nq,)], s, p, lse, nq, nkv, problem.causal_offset,
+           CAUSAL=problem.causal, BLOCK=block, num_warps=softmax_num_warps(nkv))
+    bd = min(d, 128)
+    launch(_pv_gemm[(cdiv(nq, cfg.block_m) * cdiv(d, bd), b * h)], p, v, o, nq, nkv,
+           BLOCK_M=cfg.block_m, BLOCK_D=bd, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps,
+           num_stages=cfg.num_stages, **kw)
+    out = (o, lse) if return_lse else o
+    if keep_intermediates:
+        return out, (s, p)
+    return out

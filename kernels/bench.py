@@ -1,0 +1,235 @@
+"""Benchmark the kernel suite against torch SDPA (tritonbench conventions).
+
+    PYTHONPATH=. python -m kernels.bench [--quick] [--kernels fa2,fa3,sdpa_cudnn]
+        [--seqlens 4096,16384] [--head-dims 128] [--causal 0,1] [--out PATH]
+
+Sweep: 16k tokens at hidden 2048 -- batch = 16384 / N, heads = 2048 / D --
+for N in 512 .. 16384, D in {64, 128}, causal 0/1, bf16 forward.
+FLOPs = 4·B·H·N²·D, halved when causal. Time: triton.testing.do_bench
+(median) after a warm-up, on random N(0,1) inputs rotated among several sets
+so that L2 never holds the next call's inputs. All kernels run in the same
+process and run. Kernel names: standard, fa1, fa2, fa3, fa3_fp8, sdpa_flash,
+sdpa_cudnn, sdpa_efficient; a config can be pinned with
+name@block_m,block_n,num_warps,num_stages (e.g. fa2@128,64,8,3).
+Writes a CSV with provenance (atomically) and a PNG of TFLOP/s vs N.
+No simulator import: runs on a machine with only torch and triton.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import os
+import subprocess
+import sys
+import time
+
+COLUMNS = ["kernel", "config", "batch", "heads", "seqlen", "head_dim", "causal", "dtype",
+           "ms", "tflops", "status", "gpu", "sm_clock_mhz", "driver", "torch", "triton",
+           "git_commit", "date", "command"]
+ALL_KERNELS = ["standard", "fa1", "fa2", "fa3", "fa3_fp8", "sdpa_flash", "sdpa_cudnn",
+               "sdpa_efficient"]
+SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _nvidia_smi(field):
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
+        return out[0].strip() if out else ""
+    except Exception:
+        return ""
+
+
+def _git_commit():
+    env = os.environ.get("GPUSIM_GIT_COMMIT")
+    if env:
+        return env
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    except Exception:
+        return ""
+
+
+def parse_kernel(spec):
+    from algorithms.problem import TileConfig
+
+    name, _, cfg = spec.partition("@")
+    if name not in ALL_KERNELS:
+        raise SystemExit(f"unknown kernel {name!r}; choose from {', '.join(ALL_KERNELS)}")
+    if not cfg:
+        return spec, name, None
+    bm, bn, w, s = (int(x) for x in cfg.split(","))
+    extra = {"mma": "wgmma", "consumer_warpgroups": max(1, w // 4 - 1)} if name.startswith("fa3") else {}
+    return spec, name, TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s, **extra)
+
+
+def make_fn(name, cfg, inputs, causal):
+    """A zero-argument callable running one forward on the next input set."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    state = {"i": 0}
+
+    def rotate():
+        state["i"] = (state["i"] + 1) % len(inputs)
+        return inputs[state["i"]]
+
+    if name.startswith("sdpa_"):
+        backend = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+                   "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
+
+        def fn():
+            q, k, v = rotate()
+            with sdpa_kernel([backend]):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return fn
+    if name == "fa3_fp8":
+        from algorithms.defaults import default_config
+        from algorithms.problem import AttentionProblem
+        from kernels import fa3
+
+        q0 = inputs[0][0]
+        problem = AttentionProblem(q0.shape[0], q0.shape[1], q0.shape[2], q0.shape[3], causal=causal,
+                                   dtype="fp8")
+        c = cfg or default_config("fa3", problem, hopper=True)
+        # quantisation is a separate step (as FA3's), outside the timed kernel
+        quant = []
+        for q, k, v in inputs:
+            q8, qs = fa3.quantize_fp8(q, c.block_m)
+            k8, ks = fa3.quantize_fp8(k, c.block_n)
+            v8, vs = fa3.quantize_fp8(v, c.block_n, transpose=True)
+            quant.append((q8, k8, v8, (qs, ks, vs)))
+        st = {"i": 0}
+
+        def fn():
+            st["i"] = (st["i"] + 1) % len(quant)
+            q8, k8, v8, sc = quant[st["i"]]
+            return fa3.forward_fp8(q8, k8, v8, causal=causal, config=c, scales=sc)
+        return fn
+    import importlib
+
+    mod = importlib.import_module(f"kernels.{name}")
+
+    def fn():
+        q, k, v = rotate()
+        return mod.forward(q, k, v, causal=causal, config=cfg)
+    return fn
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Benchmark kernels/ against torch SDPA")
+    ap.add_argument("--kernels", default=",".join(ALL_KERNELS))
+    ap.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
+    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--quick", action="store_true", help="N in {4096, 16384}, D=128 only")
+    ap.add_argument("--out", default=os.path.join("experiments", "results", "kernels_bench.csv"))
+    ap.add_argument("--png", default=None, help="figure path (default: --out with .png)")
+    ap.add_argument("--rep", type=int, default=100, help="do_bench rep (ms)")
+    ap.add_argument("--plot-only", action="store_true", help="redraw the figure from --out")
+    a = ap.parse_args(argv)
+    png = a.png or os.path.splitext(a.out)[0] + ".png"
+    if a.plot_only:
+        plot(a.out, png)
+        return
+    import torch
+    import triton
+
+    if not torch.cuda.is_available():
+        raise SystemExit("kernels.bench needs a CUDA GPU")
+    seqlens = [4096, 16384] if a.quick else [int(x) for x in a.seqlens.split(",")]
+    dims = [128] if a.quick else [int(x) for x in a.head_dims.split(",")]
+    causals = [bool(int(x)) for x in a.causal.split(",")]
+    kernels = [parse_kernel(s) for s in a.kernels.split(",") if s]
+    prov = {"gpu": torch.cuda.get_device_name(), "sm_clock_mhz": _nvidia_smi("clocks.sm"),
+            "driver": _nvidia_smi("driver_version"), "torch": torch.__version__,
+            "triton": triton.__version__, "git_commit": _git_commit(),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": "python -m kernels.bench " + " ".join(argv if argv is not None else sys.argv[1:])}
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(1234)
+    t0 = time.time()
+    for d in dims:
+        for n in seqlens:
+            b, h = max(1, a.tokens // n), max(1, a.hidden // d)
+            # 3 input sets: at 16k tokens x hidden 2048 one set is 201 MB of bf16, > 50 MB L2
+            inputs = [tuple(torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+                            for _ in range(3)) for _ in range(3)]
+            for causal in causals:
+                flops = 4.0 * b * h * n * n * d * (0.5 if causal else 1.0)
+                for spec, name, cfg in kernels:
+                    row = {"kernel": spec, "config": "" if cfg is None else
+                           f"{cfg.block_m}x{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}",
+                           "batch": b, "heads": h, "seqlen": n, "head_dim": d, "causal": int(causal),
+                           "dtype": "bf16", "ms": "", "tflops": "", "status": "ok", **prov}
+                    try:
+                        if name == "standard" and 2 * b * h * n * n * 2 > 24e9:
+                            raise RuntimeError("S and P would take more than 24 GB")
+                        fn = make_fn(name, cfg, inputs, causal)
+                        fn()
+                        torch.cuda.synchronize()
+                        ms = triton.testing.do_bench(fn, warmup=25, rep=a.rep, return_mode="median")
+                        row["ms"] = f"{ms:.5f}"
+                        row["tflops"] = f"{flops / ms / 1e9:.1f}"
+                    except Exception as e:  # record and go on: one failure must not end the sweep
+                        row["status"] = f"{type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
+                        torch.cuda.empty_cache()
+                    rows.append(row)
+                    log(f"[{time.time() - t0:6.1f}s] D={d} N={n} causal={int(causal)} {spec:22s} "
+                        f"{row['tflops'] or row['status']}")
+            del inputs
+            torch.cuda.empty_cache()
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    tmp = a.out + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, a.out)
+    log(f"wrote {a.out}")
+    plot(a.out, png)
+
+
+def plot(csv_path, png):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib not available: no figure (redraw later with --plot-only)")
+        return
+    rows = [r for r in csv.DictReader(open(csv_path)) if r["tflops"]]
+    panels = sorted({(int(r["head_dim"]), int(r["causal"])) for r in rows})
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (d, c) in zip(axes[0], panels):
+        sel = [r for r in rows if int(r["head_dim"]) == d and int(r["causal"]) == c]
+        for k in dict.fromkeys(r["kernel"] for r in sel):
+            pts = sorted((int(r["seqlen"]), float(r["tflops"])) for r in sel if r["kernel"] == k)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=k)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"head_dim {d}, {'causal' if c else 'non-causal'}")
+        ax.set_xlabel("sequence length N (16k tokens, hidden 2048)")
+        ax.set_ylabel("TFLOP/s (4·B·H·N²·D, ×0.5 causal)")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7)
+    gpu = rows[0]["gpu"]
+    fig.suptitle(f"Attention forward, bf16, {gpu}, triton {rows[0]['triton']}, torch {rows[0]['torch']}")
+    fig.tight_layout()
+    tmp = png + ".tmp.png"
+    fig.savefig(tmp, dpi=120)
+    os.replace(tmp, png)
+    log(f"wrote {png}")
+
+
+if __name__ == "__main__":
+    main()

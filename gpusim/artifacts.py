@@ -1,0 +1,138 @@
+"""Writing result files atomically: CSV, Markdown, JSON and figures.
+
+Every file is written to a temporary file in the destination folder and
+renamed over the target (os.replace), so a reader never sees half a file and
+an interrupted run leaves the previous version in place.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from algorithms.errors import GpusimError
+
+DEFAULT_RESULTS = Path("results")
+
+
+def ensure_dir(path) -> Path:
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GpusimError(f"cannot create output folder {path}: {exc.strerror}") from None
+    if not path.is_dir():
+        raise GpusimError(f"output path {path} exists and is not a folder")
+    return path
+
+
+def atomic_write_bytes(path, data: bytes) -> Path:
+    path = Path(path)
+    ensure_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def atomic_write_text(path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def write_csv(path, rows: Sequence[dict], fields: Sequence[str] | None = None) -> Path:
+    """Rows of dicts as CSV (columns: `fields`, else the keys of the first row
+    followed by any new keys of later rows)."""
+    if fields is None:
+        fields = []
+        for row in rows:
+            fields.extend(k for k in row if k not in fields)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(fields)
+    for row in rows:
+        writer.writerow([_cell(row.get(k)) for k in fields])
+    return atomic_write_text(path, buf.getvalue())
+
+
+def write_json(path, obj) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence]) -> str:
+    lines = ["| " + " | ".join(str(h) for h in header) + " |",
+             "|" + "|".join("---" for _ in header) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(_cell(c) if not isinstance(c, str) else c for c in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def save_figure(fig, path, dpi: int = 110) -> Path:
+    """Save a matplotlib figure atomically (PNG unless the suffix says
+    otherwise) and close it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    buf = io.BytesIO()
+    fmt = path.suffix.lstrip(".") or "png"
+    fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def parse_int_list(text: str, name: str) -> list[int]:
+    """'64,128' -> [64, 128]; a bad item is a one-line GpusimError."""
+    out = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            out.append(int(item))
+        except ValueError:
+            raise GpusimError(f"{name}: {item!r} is not an integer (give a comma-separated list)") from None
+    if not out:
+        raise GpusimError(f"{name}: give at least one value")
+    return out
+
+
+def parse_str_list(text: str, name: str, allowed: Sequence[str] | None = None) -> list[str]:
+    out = [s.strip() for s in str(text).split(",") if s.strip()]
+    if not out:
+        raise GpusimError(f"{name}: give at least one value")
+    if allowed is not None:
+        for s in out:
+            if s not in allowed:
+                raise GpusimError(f"{name}: unknown value {s!r}; choose from {', '.join(allowed)}")
+    return out

@@ -81,7 +81,7 @@ def engine_available() -> bool:
     """Whether gpusim.engine (the SimPy replay behind runtime predictions) is
     importable here."""
     try:
-        import gpusim.engine  # noqa: F401
+        from gpusim.engine import simulate  # noqa: F401
     except ImportError:
         return False
     return True

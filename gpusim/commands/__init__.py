@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 
 # Each module defines register(subparsers), adding its parser and a func.
-MODULES: list[str] = ["sweep", "compare", "memory"]
+MODULES: list[str] = ["sweep", "compare", "memory", "roofline"]
 
 
 def register(subparsers) -> None:

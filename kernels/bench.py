@@ -10,7 +10,7 @@ FLOPs = 4·B·H·N²·D, halved when causal. Time: triton.testing.do_bench
 so that L2 never holds the next call's inputs. All kernels run in the same
 process and run. Kernel names: standard, fa1, fa2, fa3, fa3_fp8, sdpa_flash,
 sdpa_cudnn, sdpa_efficient; a config can be pinned with
-name@block_m,block_n,num_warps,num_stages (e.g. fa2@128,64,8,3).
+name@block_mxblock_nxnum_warpsxnum_stages (e.g. fa2@128x64x8x3).
 Writes a CSV with provenance (atomically) and a PNG of TFLOP/s vs N.
 No simulator import: runs on a machine with only torch and triton.
 """
@@ -64,7 +64,7 @@ def parse_kernel(spec):
         raise SystemExit(f"unknown kernel {name!r}; choose from {', '.join(ALL_KERNELS)}")
     if not cfg:
         return spec, name, None
-    bm, bn, w, s = (int(x) for x in cfg.split(","))
+    bm, bn, w, s = (int(x) for x in cfg.split("x"))
     extra = {"mma": "wgmma", "consumer_warpgroups": max(1, w // 4 - 1)} if name.startswith("fa3") else {}
     return spec, name, TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s, **extra)
 
@@ -135,6 +135,9 @@ def main(argv=None):
     ap.add_argument("--png", default=None, help="figure path (default: --out with .png)")
     ap.add_argument("--rep", type=int, default=100, help="do_bench rep (ms)")
     ap.add_argument("--plot-only", action="store_true", help="redraw the figure from --out")
+    ap.add_argument("--standard-parts", default=None, metavar="CSV",
+                    help="also time standard's three launches at D=128, N=4096 against their "
+                         "bounds (measured H100 anchors) and write them to CSV")
     a = ap.parse_args(argv)
     png = a.png or os.path.splitext(a.out)[0] + ".png"
     if a.plot_only:
@@ -171,8 +174,8 @@ def main(argv=None):
                            "batch": b, "heads": h, "seqlen": n, "head_dim": d, "causal": int(causal),
                            "dtype": "bf16", "ms": "", "tflops": "", "status": "ok", **prov}
                     try:
-                        if name == "standard" and 2 * b * h * n * n * 2 > 24e9:
-                            raise RuntimeError("S and P would take more than 24 GB")
+                        if name == "standard" and 2 * b * h * n * n * 2 > 40e9:
+                            raise RuntimeError("S and P would take more than 40 GB")
                         fn = make_fn(name, cfg, inputs, causal)
                         fn()
                         torch.cuda.synchronize()
@@ -187,6 +190,8 @@ def main(argv=None):
                         f"{row['tflops'] or row['status']}")
             del inputs
             torch.cuda.empty_cache()
+    if a.standard_parts:
+        standard_parts(a.standard_parts, prov)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     tmp = a.out + ".tmp"
     with open(tmp, "w", newline="") as f:
@@ -196,6 +201,44 @@ def main(argv=None):
     os.replace(tmp, a.out)
     log(f"wrote {a.out}")
     plot(a.out, png)
+
+
+# Ceilings measured on the lent H100 (shared/reference/h100-anchors.md, 2026-11-21):
+# cuBLAS bf16 8192³ matmul and a device-to-device copy (bytes read + written).
+MATMUL_CEILING = 703e12
+HBM_CEILING = 3.02e12
+
+
+def standard_parts(path, prov):
+    """Each launch of standard vs its own bound max(FLOPs/703 TFLOP/s, bytes/3.02 TB/s)."""
+    import torch
+    import triton
+
+    from kernels import standard
+
+    rows = []
+    for causal in (False, True):
+        n, d = 4096, 128
+        b, h = 16384 // n, 2048 // d
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        parts = standard.launches(q, k, v, causal=causal)
+        for name, fn, flops, nbytes in parts:
+            fn()
+            torch.cuda.synchronize()
+            ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+            bound_ms = max(flops / MATMUL_CEILING, nbytes / HBM_CEILING) * 1e3
+            rows.append({"launch": name, "batch": b, "heads": h, "seqlen": n, "head_dim": d,
+                         "causal": int(causal), "ms": f"{ms:.5f}", "bound_ms": f"{bound_ms:.5f}",
+                         "ratio": f"{ms / bound_ms:.3f}", "flops": f"{flops:.4g}", "bytes": f"{nbytes:.4g}",
+                         **prov})
+            log(f"standard {name} causal={int(causal)}: {ms:.3f} ms, bound {bound_ms:.3f} ms, "
+                f"ratio {ms / bound_ms:.2f}")
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
 
 
 def plot(csv_path, png):

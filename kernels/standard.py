@@ -95,6 +95,43 @@ def _pv_gemm(P, V, O, n_q, n_kv, H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM:
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m < n_q)[:, None])
 
 
+def launches(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None):
+    """The three launches as separate zero-argument callables, for timing each
+    against its own bound: [(name, fn, matmul_flops, hbm_bytes)], bytes being
+    the compulsory traffic (each tensor read or written once)."""
+    problem = problem_of(q, k, v, causal)
+    cfg = resolve_config("standard", problem, config, q.device)
+    scale = resolve_scale(sm_scale, problem.head_dim)
+    b, h, nq, d = q.shape
+    nkv = k.shape[2]
+    e = q.element_size()
+    kw = dict(H=h, GROUP=problem.group_size, HEAD_DIM=d)
+    s = torch.empty(b, h, nq, nkv, dtype=q.dtype, device=q.device)
+    p = torch.empty_like(s)
+    o = torch.empty_like(q)
+    lse = torch.empty(b, h, nq, dtype=torch.float32, device=q.device)
+    bk, bd = min(cfg.block_k, d), min(d, 128)
+    g1 = (cdiv(nq, cfg.block_m) * cdiv(nkv, cfg.block_n), b * h)
+    g3 = (cdiv(nq, cfg.block_m) * cdiv(d, bd), b * h)
+    qkv_bytes = (q.numel() + k.numel()) * e
+    sp_bytes = b * h * nq * nkv * e
+    return [
+        ("qk_gemm", lambda: launch(_qk_gemm[g1], q, k, s, scale, nq, nkv, BLOCK_M=cfg.block_m,
+                                   BLOCK_N=cfg.block_n, BLOCK_K=bk, num_warps=cfg.num_warps,
+                                   num_stages=cfg.num_stages, **kw),
+         2.0 * b * h * nq * nkv * d, qkv_bytes + sp_bytes),
+        ("row_softmax", lambda: launch(_row_softmax[(b * h * nq,)], s, p, lse, nq, nkv,
+                                       problem.causal_offset, CAUSAL=problem.causal,
+                                       BLOCK=triton.next_power_of_2(nkv),
+                                       num_warps=softmax_num_warps(nkv)),
+         0.0, 2 * sp_bytes + lse.numel() * 4),
+        ("pv_gemm", lambda: launch(_pv_gemm[g3], p, v, o, nq, nkv, BLOCK_M=cfg.block_m, BLOCK_D=bd,
+                                   BLOCK_K=cfg.block_k, num_warps=cfg.num_warps,
+                                   num_stages=cfg.num_stages, **kw),
+         2.0 * b * h * nq * nkv * d, sp_bytes + (v.numel() + o.numel()) * e),
+    ]
+
+
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
             return_lse=False, keep_intermediates=False):
     """Unfused attention in three launches. Same contract as kernels.fa2.forward;

@@ -23,7 +23,7 @@ from __future__ import annotations
 from .errors import InvalidConfig
 from .ops import Alu, Exp, Load, Mma, SmemIO, Store, SyncThreads, Tile
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
-from .schedule import CtaProgram, Launch, Loop, Role, Schedule, TensorSpec, head_classes
+from .schedule import CtaProgram, Launch, Loop, Role, Schedule, TensorSpec, head_layout
 from .smem import check_fits_block, registers_per_thread
 from .fa2 import ALU_EPILOGUE_PER_OUT, ALU_PER_ACC, ALU_PER_MASKED_SCORE, ALU_PER_SCORE
 
@@ -84,6 +84,15 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
             rows_k = min(bn, p.seqlen_kv - j * bn)
             i0 = first_q_block(p, bm, bn, j)
 
+            def is_masked(i: int) -> bool:
+                return (j + 1) * bn > p.seqlen_kv or (
+                    p.causal and (j + 1) * bn - 1 > i * bm + p.causal_offset)
+
+            def step_key(k: int):
+                i = i0 + k
+                return (min(bm, p.seqlen_q - i * bm), is_masked(i),
+                        j == last_kv_block(p, bm, bn, i))
+
             def step(k: int):
                 i = i0 + k
                 rows_q = min(bm, p.seqlen_q - i * bm)
@@ -94,8 +103,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                             Load(Tile("m", b, h, i), rows_q * ACC_BYTES)]
                 scores = bm * bn
                 alu = scores * ALU_PER_SCORE + bm * d * (ALU_PER_ACC + ALU_EPILOGUE_PER_OUT)
-                if (j + 1) * bn > p.seqlen_kv or (
-                        p.causal and (j + 1) * bn - 1 > i * bm + p.causal_offset):
+                if is_masked(i):
                     alu += scores * ALU_PER_MASKED_SCORE
                 ops += [Mma(bm, bn, d, p.dtype, cfg.mma),   # each warp: bm x (bn/w) of S
                         Exp(scores + bm),
@@ -115,13 +123,23 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
             return [Load(Tile("K", b, kvh, j), rows_k * d * e),
                     Load(Tile("V", b, kvh, j), rows_k * d * e),
                     SyncThreads(),
-                    Loop("q", n_qb - i0, step)]
+                    Loop("q", n_qb - i0, step, step_key)]
 
-        return CtaProgram((Role("warps", w, (Loop("kv", n_kb, inner),)),))
+        def outer_key(j: int):
+            # Outer iterations cost the same when their inner loops do: same
+            # K/V rows, same first Q block, same reads (j > 0), and the same
+            # set of Q blocks finishing at j.
+            i0 = first_q_block(p, bm, bn, j)
+            finishing = sum(1 for i in range(i0, n_qb) if last_kv_block(p, bm, bn, i) == j) \
+                if p.causal else int(j == n_kb - 1)
+            return min(bn, p.seqlen_kv - j * bn), i0, j > 0, finishing, \
+                (j + 1) * bn > p.seqlen_kv
+
+        return CtaProgram((Role("warps", w, (Loop("kv", n_kb, inner, outer_key),)),))
 
     regs = registers_per_thread(cfg.threads, fp32_values=bm * d + bm * bn, packed16_values=bm * bn)
     launch = Launch("fa1_fwd", bh, cfg.threads, smem_bytes(p, cfg), regs, program,
-                    head_classes(1, bh))
+                    **head_layout(1, bh))
     kvi = p.batch * p.kv_heads
     tensors = {
         "Q": TensorSpec("Q", bh, p.seqlen_q, d * e, "input"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .ops import Alu, Exp, Load, Mma, Store, Tile
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
-from .schedule import (CtaProgram, Launch, Role, Schedule, TensorSpec, head_classes,
+from .schedule import (CtaProgram, Launch, Role, Schedule, TensorSpec, head_layout,
                        pipelined_loop, plain_load)
 from .smem import check_fits_block, registers_per_thread, triton_fa_smem_bytes
 
@@ -46,6 +46,20 @@ def block_is_masked(problem: AttentionProblem, cfg: TileConfig, qb: int, j: int)
     return False
 
 
+def first_masked_block(problem: AttentionProblem, cfg: TileConfig, qb: int, trips: int) -> int:
+    """Index of Q block qb's first masked K/V block (trips if none)."""
+    return next((j for j in range(trips) if block_is_masked(problem, cfg, qb, j)), trips)
+
+
+def cta_cost_key(problem: AttentionProblem, cfg: TileConfig):
+    """Q blocks with equal rows, trips and masked tail cost the same."""
+    def key(qb: int):
+        rows_q = min(cfg.block_m, problem.seqlen_q - qb * cfg.block_m)
+        trips = kv_trips(problem, cfg.block_n, qb * cfg.block_m + rows_q - 1)
+        return rows_q, trips, first_masked_block(problem, cfg, qb, trips)
+    return key
+
+
 def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
     return triton_fa_smem_bytes(problem, cfg)
 
@@ -78,8 +92,11 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                     Alu(alu),
                     Mma(bm, d, bn, p.dtype, cfg.mma)]      # O += P V
 
+        def key_of(j: int):
+            return block_is_masked(p, cfg, qb, j), min(bn, p.seqlen_kv - j * bn)
+
         items = [plain_load(Tile("Q", b, h, qb), rows_q * d * e),
-                 *pipelined_loop("kv", trips, loads_of, compute_of, cfg.num_stages),
+                 *pipelined_loop("kv", trips, loads_of, compute_of, cfg.num_stages, key_of),
                  Alu(bm * d * ALU_EPILOGUE_PER_OUT),
                  Store(Tile("O", b, h, qb), rows_q * d * e),
                  Store(Tile("LSE", b, h, qb), rows_q * ACC_BYTES)]
@@ -89,7 +106,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     regs = registers_per_thread(cfg.threads, fp32_values=bm * d + bm * bn,
                                 packed16_values=bm * bn)
     launch = Launch("fa2_fwd", n_qb * bh, cfg.threads, smem, regs, program,
-                    head_classes(n_qb, bh))
+                    **head_layout(n_qb, bh, cta_cost_key(p, cfg)))
     tensors = {
         "Q": TensorSpec("Q", bh, p.seqlen_q, d * e, "input"),
         "K": TensorSpec("K", p.batch * p.kv_heads, p.seqlen_kv, d * e, "input"),

@@ -21,15 +21,21 @@ from __future__ import annotations
 
 from .errors import InvalidConfig
 from .fa2 import (ALU_EPILOGUE_PER_OUT, ALU_PER_ACC, ALU_PER_MASKED_SCORE, ALU_PER_SCORE,
-                  block_is_masked, kv_trips)
+                  block_is_masked, cta_cost_key, kv_trips)
 from .ops import (TMA, Alu, Arrive, Exp, Item, Load, Loop, Mma, MmaWait, Store, Tile,
                   Wait)
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
-from .schedule import CtaProgram, Launch, Role, Schedule, TensorSpec, head_classes
+from .schedule import CtaProgram, Launch, Role, Schedule, TensorSpec, head_layout
 from .smem import MBARRIER_BYTES, check_fits_block, registers_per_thread
 
 WGMMA_M = 64  # one warpgroup's wgmma covers 64 rows
 WARPS_PER_WARPGROUP = 4
+THREADS_PER_WARPGROUP = 128
+# setmaxnreg: the producer warpgroup gives its registers up (24 per thread in
+# the FA3 paper's kernels) so that the consumers can hold their accumulators.
+PRODUCER_REGISTERS = 24
+REGISTERS_PER_SM = 65536  # cc 9.0; FA3 is Hopper-only
+REGISTER_GRANULE = 8      # setmaxnreg takes multiples of 8
 
 
 def rows_per_consumer(cfg: TileConfig) -> int:
@@ -86,9 +92,12 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                     Load(Tile("K", b, kvh, j), rows_k * d * e, TMA, signal=full("k_full")),
                     Load(Tile("V", b, kvh, j), rows_k * d * e, TMA, signal=full("v_full"))]
 
+        def load_key(j: int):
+            return min(bn, p.seqlen_kv - j * bn)
+
         producer = Role("producer", WARPS_PER_WARPGROUP, (
             Load(Tile("Q", b, h, qb), rows_q * d * e, TMA, signal=full("q_full")),
-            Loop("kv", trips, produce)))
+            Loop("kv", trips, produce, load_key)))
 
         def consumer(w: int) -> Role:
             nxt = (w + 1) % cw
@@ -113,7 +122,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                             MmaWait(pending=1), *softmax(j), MmaWait(), release]
                 body = [Wait(f"k_full.{w}"), *take_turn, qk, *give_turn, MmaWait(),
                         *softmax(0),
-                        Loop("kv", trips - 1, step),
+                        Loop("kv", trips - 1, step, lambda k: block_is_masked(p, cfg, qb, k + 1)),
                         Wait(f"v_full.{w}"), *take_turn, pv, *give_turn, MmaWait(), release]
             else:
                 def step(j: int) -> list[Item]:
@@ -121,7 +130,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                             *softmax(j),
                             Wait(f"v_full.{w}"), *take_turn, pv, MmaWait(), *give_turn,
                             release]
-                body = [Loop("kv", trips, step)]
+                body = [Loop("kv", trips, step, lambda j: block_is_masked(p, cfg, qb, j))]
             my_rows = max(0, min(rows, rows_q - w * rows))
             return Role(f"consumer{w}", WARPS_PER_WARPGROUP, (
                 Wait(f"q_full.{w}"), *body,
@@ -133,10 +142,14 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
         barriers.update({f"turn.{w}": int(w == 0) for w in consumers})
         return CtaProgram((producer, *(consumer(w) for w in consumers)), barriers)
 
-    regs = registers_per_thread(WARPS_PER_WARPGROUP * 32, fp32_values=rows * d + rows * bn,
+    need = registers_per_thread(THREADS_PER_WARPGROUP, fp32_values=rows * d + rows * bn,
                                 packed16_values=rows * bn)
+    budget = (REGISTERS_PER_SM - PRODUCER_REGISTERS * THREADS_PER_WARPGROUP) // (
+        cw * THREADS_PER_WARPGROUP) // REGISTER_GRANULE * REGISTER_GRANULE
+    consumer_regs = min(need, budget)  # beyond the budget the compiler spills
+    regs = -(-(PRODUCER_REGISTERS + cw * consumer_regs) // (1 + cw))  # per-thread average
     launch = Launch("fa3_fwd", n_qb * bh, cfg.threads, smem_bytes(p, cfg), regs, program,
-                    head_classes(n_qb, bh))
+                    **head_layout(n_qb, bh, cta_cost_key(p, cfg)))
     kvi = p.batch * p.kv_heads
     tensors = {
         "Q": TensorSpec("Q", bh, p.seqlen_q, d * e, "input"),

@@ -128,13 +128,17 @@ Op = Union[Load, Store, Mma, MmaWait, Exp, Alu, SmemIO, Arrive, Wait, SyncThread
 @dataclass(frozen=True)
 class Loop:
     """`trips` iterations of `body(i)`, built only when walked (laziness: a 16k
-    problem never materialises its millions of ops). Iterations whose ops are
-    equal apart from tile identity cost the same: the engine may time a few
-    and fast-forward the rest."""
+    problem never materialises its millions of ops).
+
+    key(i), when given, is a cheap label of iteration i's cost: iterations
+    with equal keys have equal ops apart from tile identity (same sizes,
+    same engines). The engine times a few of a run of equal keys and
+    fast-forwards the rest; tests check the labels against the ops."""
 
     name: str
     trips: int
     body: Callable[[int], Sequence["Item"]]
+    key: Callable[[int], object] | None = None
 
 
 Item = Union[Op, Loop]

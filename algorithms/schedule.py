@@ -59,6 +59,8 @@ class Launch:
     regs_per_thread: int
     program: Callable[[int], CtaProgram]
     classes: Callable[[], Iterable[tuple[int, int]]]
+    # cost_key(cta): equal for CTAs whose programs cost the same (tiles aside).
+    cost_key: Callable[[int], object]
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ def pipelined_loop(
     loads_of: Callable[[int], Sequence[Load]],
     compute_of: Callable[[int], Sequence[Item]],
     stages: int,
+    key_of: Callable[[int], object] | None = None,
 ) -> list[Item]:
     """A loop whose loads run `stages - 1` iterations ahead of its compute, as
     Triton's software pipeliner arranges it with cp.async (num_stages buffers).
@@ -85,13 +88,14 @@ def pipelined_loop(
     i + stages - 1, then waits for its own loads before computing. The barrier
     `name.ready` counts arrived tiles; a buffer is reused only after the
     iteration that read it finished, which program order guarantees.
+    key_of(i): the cost label of iteration i's loads and compute (see Loop.key).
     """
     if trips <= 0:
         return []
     if stages <= 1:
         def body(i: int) -> list[Item]:
             return [*loads_of(i), *compute_of(i)]
-        return [Loop(name, trips, body)]
+        return [Loop(name, trips, body, key_of)]
 
     barrier = f"{name}.ready"
     lookahead = stages - 1
@@ -103,18 +107,26 @@ def pipelined_loop(
         ahead = issue(i + lookahead) if i + lookahead < trips else []
         return [*ahead, Wait(barrier, len(loads_of(i))), *compute_of(i)]
 
+    def key(i: int):
+        ahead = key_of(i + lookahead) if i + lookahead < trips else None
+        return (key_of(i), ahead)
+
     prologue: list[Item] = []
     for i in range(min(lookahead, trips)):
         prologue.extend(issue(i))
-    return [*prologue, Loop(name, trips, body)]
+    return [*prologue, Loop(name, trips, body, key if key_of else None)]
 
 
-def head_classes(grid_per_head: int, heads_total: int, key: Callable[[int], object] | None = None):
-    """classes() for grids laid out as [batch·heads][per-head CTAs] with the
-    per-head index fastest (CTA c is per-head index c % grid_per_head).
-    `key(t)` of per-head index t must be equal for CTAs whose programs cost
-    the same (same op sizes, tile names aside); None keeps every per-head
-    index apart."""
+def head_layout(grid_per_head: int, heads_total: int, key: Callable[[int], object] | None = None):
+    """`classes` and `cost_key` for a Launch whose grid is laid out as
+    [batch·heads][per-head CTAs], the per-head index fastest (CTA c is
+    per-head index c % grid_per_head). `key(t)` of per-head index t must be
+    equal for CTAs whose programs cost the same (same op sizes, tile names
+    aside); None keeps every per-head index apart."""
+    label = key if key is not None else (lambda t: t)
+
+    def cost_key(cta: int):
+        return label(cta % grid_per_head)
 
     def classes():
         if key is None:
@@ -128,7 +140,7 @@ def head_classes(grid_per_head: int, heads_total: int, key: Callable[[int], obje
         for rep, n in groups.values():
             yield rep, n * heads_total
 
-    return classes
+    return {"classes": classes, "cost_key": cost_key}
 
 
 def plain_load(tile, nbytes) -> Load:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from .defaults import softmax_num_warps
 from .ops import Alu, Exp, Load, Mma, Store, Tile
 from .problem import AttentionProblem, TileConfig, cdiv
-from .schedule import (CtaProgram, Launch, Role, Schedule, TensorSpec, head_classes,
+from .schedule import (CtaProgram, Launch, Role, Schedule, TensorSpec, head_layout,
                        pipelined_loop, plain_load)
 from .smem import check_fits_block, registers_per_thread
 
@@ -70,7 +70,10 @@ def _gemm_launch(name, p, cfg, m_rows, n_cols, red_len, block_n, block_k,
         def compute_of(k: int):
             return [Mma(bm, block_n, block_k, p.dtype, cfg.mma)]
 
-        items = [*pipelined_loop("k", tk, loads_of, compute_of, cfg.num_stages),
+        def key_of(k: int):
+            return min(block_k, red_len - k * block_k)
+
+        items = [*pipelined_loop("k", tk, loads_of, compute_of, cfg.num_stages, key_of),
                  Alu(bm * block_n),  # scale (QK) or convert (PV) the accumulator
                  Store(c_tile(b, h, m, n), rows * cols * e)]
         return CtaProgram((Role("warps", cfg.num_warps, tuple(items)),))
@@ -80,7 +83,7 @@ def _gemm_launch(name, p, cfg, m_rows, n_cols, red_len, block_n, block_k,
     # Tiles cost the same unless they sit on the last (partial) row or column.
     edge = lambda t: (t // tn == tm - 1, t % tn == tn - 1)
     return Launch(name, per_head * bh, cfg.threads, smem, regs, program,
-                  head_classes(per_head, bh, key=edge))
+                  **head_layout(per_head, bh, key=edge))
 
 
 def _softmax_launch(p: AttentionProblem) -> Launch:
@@ -100,7 +103,7 @@ def _softmax_launch(p: AttentionProblem) -> Launch:
 
     regs = registers_per_thread(threads, fp32_values=1 << (n - 1).bit_length())
     return Launch("softmax", p.seqlen_q * bh, threads, warps * REDUCTION_BYTES_PER_WARP, regs,
-                  program, head_classes(p.seqlen_q, bh, key=lambda row: 0))
+                  program, **head_layout(p.seqlen_q, bh, key=lambda row: 0))
 
 
 def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:

@@ -1,0 +1,484 @@
+"""Replay a Schedule on a HardwareProfile with SimPy.
+
+Granularity is the tile operation. Each SM has FIFO servers for its tensor
+cores, special-function unit (exp2), FMA pipe, shared memory and its port to
+L2; L2 and HBM bandwidth are servers shared by all SMs (memory.py). CTAs are
+dispatched in launch order to free slots (slot order: SM 0..n-1 for the first
+CTA of each SM, then second CTAs, ...) as residency allows; each warp role of
+a CTA is a SimPy process interpreting its ops:
+
+- Mma / Exp / Alu / SmemIO occupy their unit for work ÷ rate; a role with
+  fewer than 4 warps reaches only warps/4 of the SM's rate (an SM has four
+  sub-partitions and a warp runs on one). Async Mma (wgmma) keeps going;
+  MmaWait waits for all but the last `pending`.
+- Load: plain loads stall the role until the bytes arrive; cp.async and TMA
+  loads signal their barriers on arrival (TMA adds its extra latency).
+- Store: through the SM port into L2 (write-back); the CTA ends after its
+  last store has left the SM.
+- Arrive / Wait: counting barriers (mbarriers, named barriers).
+
+Fast path (fast=True), in two levels, both extrapolating measured time:
+1. Loop fast-forward: in a run of iterations with equal Loop.key (equal ops,
+   tiles aside), once two consecutive iterations take the same time (1%), or
+   after 8, the rest of the run is skipped: the CTA is extended by the skipped
+   count × the measured period at its end, and the skipped work is charged
+   to every unit as background load over that extension. Requested bytes
+   are exact (equal keys mean equal sizes); HBM bytes use the measured miss
+   rate. Roles of a multi-role CTA (FA3) skip the same count, so barrier
+   tokens stay balanced.
+2. CTA ghosting: once the last three real CTAs of a cost class (Launch.cost_key)
+   took the same time (1%), later CTAs of that class hold their slot for that
+   time with their mean work as background load, in batches over long runs.
+fast=False simulates every operation; tests hold the two paths together.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+from algorithms.ops import (LD, TMA, Alu, Arrive, Exp, Load, Loop, Mma, MmaWait, SmemIO, Store,
+                            SyncThreads, Wait)
+from algorithms.schedule import Launch, Schedule
+
+from .memory import MemorySystem
+from .servers import Barrier, Server
+
+# Counter slots per role: bytes, then seconds of service per unit.
+REQ, MISS, STORE = 0, 1, 2
+SM_UNITS = ("tensor_cores", "sfu_exp2", "fma_pipe", "smem", "sm_l2_port")
+GLOBAL_UNITS = ("l2_bandwidth", "hbm_bandwidth")
+UNITS = SM_UNITS + GLOBAL_UNITS
+TENSOR, SFU, ALU, SMEM, PORT, L2, HBM = range(3, 10)
+N_COUNTERS = 10
+
+SUBPARTITIONS = 4           # an SM's warp schedulers, each with 1/4 of its units
+STEADY_TOLERANCE = 0.01     # two iterations/CTAs "take the same time" within 1%
+MIN_SAMPLES = 3             # iterations timed before a run may be skipped
+MAX_SAMPLES = 8             # ... skipped at the latest after this many
+GHOST_SAMPLES = 3           # real CTAs of a class before later ones are ghosted
+# A run is bottlenecked by a unit busy at least half of the time; below that
+# no unit is saturated and latency (too little work in flight) bounds it.
+SATURATION = 0.5
+
+
+@dataclass
+class LaunchResult:
+    name: str
+    runtime_s: float
+    unit_busy: dict[str, float]
+    bottleneck: str
+    bottleneck_share: float
+    ctas_simulated: int = 0
+    ctas_ghosted: int = 0
+
+
+@dataclass
+class SimResult:
+    runtime_s: float
+    requested_bytes: int
+    store_bytes: int
+    hbm_read_bytes: int
+    hbm_write_bytes: int
+    l2_hit_rate: float
+    unit_busy: dict[str, float]
+    bottleneck: str
+    bottleneck_share: float
+    launches: list[LaunchResult] = field(default_factory=list)
+    events: int = 0
+
+
+def bottleneck_of(busy: dict[str, float]) -> tuple[str, float]:
+    unit = max(busy, key=lambda u: (busy[u], u))
+    if busy[unit] < SATURATION:
+        return "latency", 1.0 - busy[unit]
+    return unit, busy[unit]
+
+
+class _SM:
+    __slots__ = ("index", "units", "tensor", "sfu", "alu", "smem", "port")
+
+    def __init__(self, index: int):
+        self.index = index
+        self.units = [Server(name) for name in SM_UNITS]
+        self.tensor, self.sfu, self.alu, self.smem, self.port = self.units
+
+
+class _Role:
+    __slots__ = ("name", "factor", "pending", "ext", "c", "xbusy", "skip")
+
+    def __init__(self, name: str, warps: int, skip):
+        self.name = name
+        self.factor = min(1.0, warps / SUBPARTITIONS)
+        self.pending: list[float] = []
+        self.ext = 0.0                    # seconds of skipped iterations
+        self.c = [0.0] * N_COUNTERS       # real + extrapolated work
+        self.xbusy = [0.0] * N_COUNTERS   # extrapolated work only (for background load)
+        self.skip = skip                  # None (free) or [loop name, count] for multi-role CTAs
+
+
+class _Cta:
+    __slots__ = ("sm", "barriers", "last_store", "roles")
+
+    def __init__(self, sm, barriers):
+        self.sm = sm
+        self.barriers = barriers
+        self.last_store = 0.0
+        self.roles: list[_Role] = []
+
+
+class Engine:
+    def __init__(self, schedule: Schedule, gpu, fast: bool = True, tracer=None):
+        self.schedule, self.gpu, self.fast, self.tracer = schedule, gpu, fast, tracer
+        self.env = simpy.Environment()
+        self.mem = MemorySystem(gpu)
+        self.sms = [_SM(i) for i in range(gpu.gpu.sm_count)]
+        clock = gpu.clock_hz
+        self.exp_rate = gpu.units.exp2_per_clk_per_sm * clock
+        self.alu_rate = gpu.units.alu_ops_per_clk_per_sm * clock
+        self.smem_rate = gpu.units.smem_bytes_per_clk_per_sm * clock
+        self.tma_extra = gpu.copy.tma_extra_latency_cycles / clock
+        self.launch_gap = gpu.launch.kernel_launch_us * 1e-6
+        self._mma_rates: dict[tuple, float] = {}
+        self.totals = [0.0] * N_COUNTERS
+        self.extra_hbm_write = 0.0  # stores that fast-forwarding kept out of L2
+        self.events = 0
+        self._ops = {Mma: self._mma, Load: self._load, Store: self._store, Exp: self._exp,
+                     Alu: self._alu, SmemIO: self._smem, MmaWait: self._mma_wait,
+                     Arrive: self._arrive, Wait: self._wait, SyncThreads: self._nothing}
+
+    # ------------------------------------------------------------------ ops
+    def _mma_rate(self, kind: str, dtype: str, warps_factor: float, num_warps: int) -> float:
+        key = (kind, dtype, warps_factor, num_warps)
+        rate = self._mma_rates.get(key)
+        if rate is None:
+            resolved = self.gpu.resolve_mma(kind, num_warps)
+            rate = self.gpu.matmul_flops_per_s_per_sm(resolved, dtype) * warps_factor
+            self._mma_rates[key] = rate
+        return rate
+
+    def _unit(self, server: Server, slot: int, work_s: float, role: _Role, cta: _Cta, label):
+        now = self.env.now
+        end = server.serve(now, work_s)
+        role.c[slot] += work_s
+        if self.tracer is not None:
+            self.tracer.slice(cta.sm.index, server.name, label, end - work_s, end)
+        return end
+
+    def _mma(self, op: Mma, role, cta):
+        rate = self._mma_rate(op.kind, op.dtype, role.factor, self._num_warps)
+        end = self._unit(cta.sm.tensor, TENSOR, op.flops / rate, role, cta, "mma")
+        if op.is_async:
+            role.pending.append(end)
+            return None
+        return self.env.timeout(end - self.env.now)
+
+    def _exp(self, op: Exp, role, cta):
+        end = self._unit(cta.sm.sfu, SFU, op.count / (self.exp_rate * role.factor), role, cta, "exp2")
+        return self.env.timeout(end - self.env.now)
+
+    def _alu(self, op: Alu, role, cta):
+        end = self._unit(cta.sm.alu, ALU, op.flops / (self.alu_rate * role.factor), role, cta, "alu")
+        return self.env.timeout(end - self.env.now)
+
+    def _smem(self, op: SmemIO, role, cta):
+        end = self._unit(cta.sm.smem, SMEM, op.nbytes / self.smem_rate, role, cta, "smem")
+        return self.env.timeout(end - self.env.now)
+
+    def _mma_wait(self, op: MmaWait, role, cta):
+        pending = role.pending
+        if len(pending) <= op.pending:
+            return None
+        done = pending[len(pending) - op.pending - 1]
+        del pending[: len(pending) - op.pending]
+        now = self.env.now
+        return self.env.timeout(done - now) if done > now else None
+
+    def _count_transfer(self, role: _Role, nbytes: int) -> None:
+        mem, c = self.mem, role.c
+        c[PORT] += nbytes * mem.port_s_per_byte
+        c[L2] += nbytes * mem.l2_s_per_byte
+
+    def _load(self, op: Load, role, cta):
+        now = self.env.now
+        done, hit = self.mem.load(now, cta.sm.port, op.tile, op.nbytes)
+        c = role.c
+        c[REQ] += op.nbytes
+        self._count_transfer(role, op.nbytes)
+        if not hit:
+            c[MISS] += op.nbytes
+            c[HBM] += op.nbytes * self.mem.hbm_s_per_byte
+        if op.engine == TMA:
+            done += self.tma_extra
+        if self.tracer is not None:
+            self.tracer.slice(cta.sm.index, f"load {op.engine}", op.tile.tensor, now, done)
+        if op.engine == LD:
+            return self.env.timeout(done - now)
+        if op.signal:
+            barriers = [cta.barriers[name] for name in op.signal]
+            arrival = self.env.timeout(done - now)
+            arrival.callbacks.append(lambda _event, bs=barriers: [b.arrive(1) for b in bs])
+        return None
+
+    def _store(self, op: Store, role, cta):
+        end = self.mem.store(self.env.now, cta.sm.port, op.tile, op.nbytes)
+        role.c[STORE] += op.nbytes
+        self._count_transfer(role, op.nbytes)
+        if end > cta.last_store:
+            cta.last_store = end
+        return None
+
+    def _arrive(self, op: Arrive, role, cta):
+        cta.barriers[op.barrier].arrive(op.count)
+        return None
+
+    def _wait(self, op: Wait, role, cta):
+        return cta.barriers[op.barrier].take(op.count)
+
+    def _nothing(self, op, role, cta):
+        return None
+
+    # ---------------------------------------------------------- interpreter
+    def _run(self, items, role: _Role, cta: _Cta):
+        ops = self._ops
+        for item in items:
+            if item.__class__ is Loop:
+                yield from self._loop(item, role, cta)
+                continue
+            event = ops[item.__class__](item, role, cta)
+            if event is not None:
+                self.events += 1
+                yield event
+
+    def _loop(self, loop: Loop, role: _Role, cta: _Cta):
+        key_of = loop.key if self.fast else None
+        if key_of is None or (role.skip is not None and role.skip[0] != loop.name):
+            for i in range(loop.trips):
+                yield from self._run(loop.body(i), role, cta)
+            return
+        env, trips = self.env, loop.trips
+        i, run_key, samples, skipped_run = 0, object(), [], None
+        while i < trips:
+            key = key_of(i)
+            if key != run_key:
+                run_key, samples = key, []
+            t0, ext0, c0 = env.now, role.ext, list(role.c)
+            yield from self._run(loop.body(i), role, cta)
+            i += 1
+            samples.append((env.now - t0 + role.ext - ext0, [a - b for a, b in zip(role.c, c0)]))
+            if skipped_run == run_key or len(samples) < MIN_SAMPLES:
+                continue
+            (d1, _), (d2, _) = samples[-2], samples[-1]
+            if abs(d1 - d2) > STEADY_TOLERANCE * max(d1, d2) and len(samples) < MAX_SAMPLES:
+                continue
+            end = i
+            while end < trips and key_of(end) == run_key:
+                end += 1
+            count = end - i
+            if role.skip is not None:           # multi-role: the agreed count, once
+                count = min(count, role.skip[1])
+                if count < role.skip[1]:
+                    continue
+                role.skip = ["", 0]
+            if count > 0:
+                self._extrapolate(role, samples[-2:], count)
+                i += count
+            skipped_run = run_key
+
+    def _extrapolate(self, role: _Role, samples, count: int) -> None:
+        period = (samples[0][0] + samples[1][0]) / 2
+        role.ext += count * period
+        last = samples[1][1]
+        mean = [(a + b) / 2 for a, b in zip(samples[0][1], last)]
+        for slot in range(N_COUNTERS):
+            # requested and stored bytes are equal in every iteration of a run
+            per_iteration = last[slot] if slot in (REQ, STORE) else mean[slot]
+            role.c[slot] += count * per_iteration
+            role.xbusy[slot] += count * per_iteration
+
+    # ------------------------------------------------------- CTAs and slots
+    def _skip_plan(self, program):
+        """For multi-role CTAs: how many iterations every role skips, so that
+        barrier tokens stay balanced (each role's longest run of equal keys in
+        its first keyed top-level loop, less the iterations timed first)."""
+        if not self.fast or len(program.roles) == 1:
+            return None
+        counts, name = [], None
+        for role in program.roles:
+            loop = next((it for it in role.items if it.__class__ is Loop and it.key), None)
+            if loop is None or (name is not None and loop.name != name):
+                return ["", 0]
+            name = loop.name
+            longest = run = 0
+            previous = object()
+            for j in range(loop.trips):
+                k = loop.key(j)
+                run = run + 1 if k == previous else 1
+                previous = k
+                longest = max(longest, run)
+            counts.append(longest - MAX_SAMPLES - 1)
+        return [name, max(0, min(counts))]
+
+    def _run_cta(self, launch: Launch, index: int, sm: _SM):
+        env = self.env
+        program = launch.program(index)
+        barriers = _Barriers(env)
+        for name, tokens in program.barriers.items():
+            barriers[name] = Barrier(env, tokens)
+        cta = _Cta(sm, barriers)
+        plan = self._skip_plan(program)
+
+        def role_process(role_spec, state):
+            yield from self._run(role_spec.items, state, cta)
+
+        procs = []
+        for spec in program.roles:
+            state = _Role(spec.name, spec.warps, list(plan) if plan else None)
+            cta.roles.append(state)
+            procs.append(env.process(role_process(spec, state)))
+        start = env.now
+        yield env.all_of(procs)
+        if cta.last_store > env.now:
+            yield env.timeout(cta.last_store - env.now)
+        ext = max(role.ext for role in cta.roles)
+        if ext > 0.0:
+            xbusy = [sum(role.xbusy[s] for role in cta.roles) for s in range(N_COUNTERS)]
+            self._background(sm, env.now, env.now + ext, xbusy)
+            self.extra_hbm_write += xbusy[STORE]
+            yield env.timeout(ext)
+        totals = [sum(role.c[s] for role in cta.roles) for s in range(N_COUNTERS)]
+        for s in range(N_COUNTERS):
+            self.totals[s] += totals[s]
+        if self.tracer is not None:
+            self.tracer.slice(sm.index, "ctas", f"{launch.name} #{index}", start, env.now)
+        return env.now - start, totals
+
+    def _background(self, sm: _SM, start: float, end: float, busy) -> None:
+        for server, slot in zip(sm.units, (TENSOR, SFU, ALU, SMEM, PORT)):
+            server.add_background(start, end, busy[slot])
+        self.mem.l2.add_background(start, end, busy[L2])
+        self.mem.hbm.add_background(start, end, busy[HBM])
+
+    def _slot(self, launch: Launch, sm: _SM, state: dict):
+        env = self.env
+        grid = launch.grid
+        samples: dict = state["samples"]
+        while state["next"] < grid:
+            index = state["next"]
+            key = launch.cost_key(index)
+            seen = samples.get(key)
+            if self.fast and seen is not None and len(seen) >= GHOST_SAMPLES and _steady(seen):
+                if index >= state["run_end"] or state["run_key"] != key:
+                    end = index + 1
+                    while end < grid and launch.cost_key(end) == key:
+                        end += 1
+                    state["run_key"], state["run_end"] = key, end
+                share = (state["run_end"] - index) // state["slots"]
+                batch = max(1, min(share, state["run_end"] - index))
+                state["next"] = index + batch
+                state["ghosted"] += batch
+                yield from self._ghost(sm, seen, batch, launch.name)
+                continue
+            state["next"] = index + 1
+            state["simulated"] += 1
+            duration, totals = yield from self._run_cta(launch, index, sm)
+            samples.setdefault(key, []).append((duration, totals))
+
+    def _ghost(self, sm: _SM, seen, batch: int, name: str):
+        """`batch` CTAs of a steady class: their time from the latest real
+        ones, their work (L2 hits and misses differ between the CTA that
+        fetched a tile first and those that found it) from all of them."""
+        env = self.env
+        recent = seen[-GHOST_SAMPLES:]
+        duration = sum(d for d, _ in recent) / len(recent) * batch
+        work = [sum(t[s] for _, t in seen) / len(seen) * batch for s in range(N_COUNTERS)]
+        # requested and stored bytes are equal for every CTA of a class
+        work[REQ], work[STORE] = seen[-1][1][REQ] * batch, seen[-1][1][STORE] * batch
+        start = env.now
+        self._background(sm, start, start + duration, work)
+        self.extra_hbm_write += work[STORE]
+        for s in range(N_COUNTERS):
+            self.totals[s] += work[s]
+        if self.tracer is not None:
+            self.tracer.slice(sm.index, "ctas", f"{name} x{batch} (fast-forwarded)", start,
+                              start + duration)
+        self.events += 1
+        yield env.timeout(duration)
+
+    # ----------------------------------------------------------------- run
+    def _launch(self, launch: Launch, ctas_per_sm: int, results: list):
+        env = self.env
+        yield env.timeout(self.launch_gap)
+        start = env.now
+        busy0 = self._busy_snapshot()
+        self._num_warps = launch.threads // 32
+        slots = [(slot, sm) for slot in range(ctas_per_sm) for sm in self.sms]
+        state = {"next": 0, "samples": {}, "run_key": None, "run_end": 0,
+                 "slots": len(slots), "simulated": 0, "ghosted": 0}
+        procs = [env.process(self._slot(launch, sm, state)) for _, sm in slots]
+        yield env.all_of(procs)
+        runtime = env.now - start
+        busy = self._busy_fractions(busy0, runtime)
+        unit, share = bottleneck_of(busy)
+        results.append(LaunchResult(launch.name, runtime, busy, unit, share,
+                                    state["simulated"], state["ghosted"]))
+
+    def _busy_snapshot(self) -> dict[str, float]:
+        snap = {name: 0.0 for name in UNITS}
+        for sm in self.sms:
+            for server in sm.units:
+                snap[server.name] += server.busy
+        snap["l2_bandwidth"] = self.mem.l2.busy
+        snap["hbm_bandwidth"] = self.mem.hbm.busy
+        return snap
+
+    def _busy_fractions(self, before: dict[str, float], runtime: float) -> dict[str, float]:
+        now = self._busy_snapshot()
+        n_sm = len(self.sms)
+        out = {}
+        for name in UNITS:
+            span = runtime * (n_sm if name in SM_UNITS else 1)
+            out[name] = min(1.0, (now[name] - before[name]) / span) if span > 0 else 0.0
+        return out
+
+    def run(self, ctas_per_sm: list[int]) -> SimResult:
+        results: list[LaunchResult] = []
+        launches = self.schedule.launches
+
+        def main():
+            for launch, cps in zip(launches, ctas_per_sm):
+                yield from self._launch(launch, cps, results)
+
+        busy0 = self._busy_snapshot()
+        self.env.run(self.env.process(main()))
+        self.mem.flush()
+        runtime = self.env.now
+        busy = self._busy_fractions(busy0, runtime)
+        unit, share = bottleneck_of(busy)
+        requested = int(round(self.totals[REQ]))
+        hbm_read = int(round(self.totals[MISS]))
+        hbm_write = int(round(self.mem.hbm_write + self.extra_hbm_write))
+        return SimResult(runtime_s=runtime, requested_bytes=requested,
+                         store_bytes=int(round(self.totals[STORE])), hbm_read_bytes=hbm_read,
+                         hbm_write_bytes=hbm_write,
+                         l2_hit_rate=1.0 - hbm_read / requested if requested else 0.0,
+                         unit_busy=busy, bottleneck=unit, bottleneck_share=share,
+                         launches=results, events=self.events)
+
+
+def _steady(samples) -> bool:
+    recent = [d for d, _ in samples[-GHOST_SAMPLES:]]
+    return max(recent) - min(recent) <= STEADY_TOLERANCE * max(recent)
+
+
+class _Barriers(dict):
+    """A CTA's barriers: those the program declares with initial tokens, and
+    any other name on first use with none (loops are built lazily)."""
+
+    def __init__(self, env):
+        super().__init__()
+        self.env = env
+
+    def __missing__(self, name):
+        barrier = self[name] = Barrier(self.env, 0)
+        return barrier

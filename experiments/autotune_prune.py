@@ -1,0 +1,350 @@
+"""Autotune with and without gpusim's pruning hook, on the GPU machine.
+
+What it measures, per shape (16k tokens at hidden 2048: batch = 16384 / N,
+heads = 2048 / D, bf16, forward):
+  * full:   triton.autotune over the whole grid (block_m ∈ {64,128} × block_n ∈
+            {32,64,128} × warps ∈ {4,8} × stages ∈ {2,3,4}, 36 configs);
+  * pruned: the same autotune with prune_configs_by=gpusim.triton.prune_configs_by(
+            top_k=3): only the 3 configs the simulator ranks fastest are compiled
+            and benchmarked.
+For each: the wall time of the first call (autotune = compile + benchmark every
+surviving config + run), the config Triton picked, and that config's speed
+(triton.testing.do_bench, median, L2 flushed by do_bench between runs).
+
+The autotuner is Triton's own `triton.autotune` wrapped around the jit kernel
+of kernels/fa2.py (`_fa2_fwd`, launched with the same arguments and grid as
+kernels.fa2.forward): kernels/ has no autotuned entry point, so the wrapper is
+built here; nothing is emulated. Each (shape, mode) runs in a fresh subprocess
+with an empty TRITON_CACHE_DIR so both modes pay their compile times.
+
+The GPU machine has no simpy: predictions are computed beforehand on a CPU
+machine with the engine and committed as JSON, which the hook reads
+(gpusim.triton.PrecomputedPredictor):
+
+    # CPU machine with the simulator (once, or when the model changes):
+    PYTHONPATH=. python experiments/autotune_prune.py precompute
+    # GPU machine (no network, no pip):
+    PYTHONPATH=. python experiments/autotune_prune.py run [--seqlens 4096] [--head-dims 64,128]
+
+Writes experiments/results/autotune_prune_predictions_h100.json (precompute),
+experiments/results/autotune_prune_h100.csv (one row per shape and mode, with
+provenance), autotune_prune_timings_h100.csv (every config Triton benchmarked)
+and autotune_prune_h100.md (the comparison).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: make the repo importable
+    sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "experiments" / "results"
+PREDICTIONS = RESULTS / "autotune_prune_predictions_h100.json"
+GRID = {"block_m": (64, 128), "block_n": (32, 64, 128), "warps": (4, 8), "stages": (2, 3, 4)}
+SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+RUN_SEQLENS = (4096,)
+HEAD_DIMS = (64, 128)
+TOKENS, HIDDEN = 16384, 2048
+COLUMNS = ["seqlen", "head_dim", "causal", "batch", "heads", "dtype", "mode", "configs_total",
+           "configs_benchmarked", "autotune_s", "bench_s", "block_m", "block_n", "num_warps",
+           "num_stages", "median_ms", "tflops", "max_abs_err_vs_sdpa", "predicted_rank_of_choice",
+           "status", "gpu", "sm_clock_mhz", "driver", "torch", "triton", "git_commit", "date",
+           "command"]
+
+
+def shape(seqlen: int, head_dim: int, causal: bool):
+    from algorithms.problem import AttentionProblem
+
+    return AttentionProblem(batch=TOKENS // seqlen, heads=HIDDEN // head_dim, seqlen_q=seqlen,
+                            head_dim=head_dim, causal=causal, dtype="bf16")
+
+
+def grid_tile_configs():
+    from algorithms.problem import TileConfig
+
+    return [TileConfig(block_m=m, block_n=n, num_warps=w, num_stages=s)
+            for m in GRID["block_m"] for n in GRID["block_n"] for w in GRID["warps"]
+            for s in GRID["stages"]]
+
+
+def _ints(text):
+    return [int(x) for x in str(text).split(",") if x.strip()]
+
+
+# ---------------------------------------------------------------------------
+# CPU side: predictions
+
+def cmd_precompute(a) -> int:
+    from gpusim.triton import write_predictions
+
+    problems = [shape(n, d, bool(c)) for n in _ints(a.seqlens) for d in _ints(a.head_dims)
+                for c in _ints(a.causal)]
+    data = write_predictions(a.predictions, problems, grid_tile_configs(), gpu=a.gpu, algo="fa2",
+                             jobs=a.jobs, progress=not a.no_progress, simulate=not a.no_sim)
+    n_ok = sum(e["runtime_us"] is not None for e in data["entries"])
+    print(f"wrote {a.predictions}: {len(data['entries'])} predictions ({n_ok} feasible)"
+          + ("" if data["simulated"] else " -- accounting only, NO runtimes: pruning needs --sim"))
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# GPU side
+
+def _nvidia_smi(field: str) -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
+        return out[0].strip() if out else ""
+    except Exception:
+        return ""
+
+
+def _git_commit() -> str:
+    if os.environ.get("GPUSIM_GIT_COMMIT"):
+        return os.environ["GPUSIM_GIT_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT,
+                              timeout=10).stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def provenance(command: str) -> dict:
+    import torch
+    import triton
+
+    return {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+            "sm_clock_mhz": _nvidia_smi("clocks.sm"), "driver": _nvidia_smi("driver_version"),
+            "torch": torch.__version__, "triton": triton.__version__, "git_commit": _git_commit(),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": command}
+
+
+def build_tuner(mode: str, top_k: int, predictions: str):
+    """triton.autotune around kernels/fa2.py's jit kernel; `mode` pruned adds
+    gpusim's hook reading the precomputed predictions."""
+    import triton
+
+    import gpusim.triton as gt
+    from kernels import fa2 as K
+
+    configs = gt.configs(GRID["block_m"], GRID["block_n"], GRID["warps"], GRID["stages"])
+    prune = None
+    if mode == "pruned":
+        prune = gt.prune_configs_by(gpu="h100", algo="fa2", top_k=top_k,
+                                    predictor=gt.PrecomputedPredictor(predictions))
+    tuner = triton.autotune(configs=configs, key=["n_q", "n_kv", "HEAD_DIM", "CAUSAL"],
+                            prune_configs_by=prune)(K._fa2_fwd)
+    return tuner, configs, prune
+
+
+def launch_args(problem, q, k, v, o, lse):
+    import math
+
+    from kernels.common import LOG2E
+
+    args = (q, k, v, o, lse, LOG2E / math.sqrt(problem.head_dim), problem.seqlen_q,
+            problem.seqlen_kv, problem.causal_offset)
+    kwargs = dict(H=problem.heads, GROUP=problem.group_size, HEAD_DIM=problem.head_dim,
+                  CAUSAL=problem.causal)
+    return args, kwargs
+
+
+def cmd_worker(a) -> int:
+    """One autotune in this process (fresh Triton cache set by the parent);
+    prints one JSON line."""
+    import torch
+    import triton
+    import triton.testing
+
+    from kernels.common import make_inputs
+
+    problem = shape(a.seqlen, a.head_dim, bool(a.causal))
+    p = problem
+    q, k, v = make_inputs(p.batch, p.heads, p.seqlen_q, p.head_dim, dtype=torch.bfloat16,
+                          device="cuda", generator=torch.Generator().manual_seed(0))
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
+    tuner, configs, prune = build_tuner(a.mode, a.top_k, a.predictions)
+    args, kwargs = launch_args(p, q, k, v, o, lse)
+
+    def grid(meta):
+        return (triton.cdiv(p.seqlen_q, meta["BLOCK_M"]), p.batch * p.heads)
+
+    def call():
+        tuner[grid](*args, **kwargs)
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    call()
+    torch.cuda.synchronize()
+    autotune_s = time.perf_counter() - t0
+    best = tuner.best_config
+    ms = triton.testing.do_bench(call, return_mode="median")
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=p.causal)
+    err = (o.float() - ref.float()).abs().max().item()
+    timings = [{"block_m": c.kwargs["BLOCK_M"], "block_n": c.kwargs["BLOCK_N"],
+                "num_warps": c.num_warps, "num_stages": c.num_stages,
+                "median_ms": (t[0] if isinstance(t, (list, tuple)) else t)}
+               for c, t in getattr(tuner, "configs_timings", {}).items()]
+    rank = None
+    if prune is not None:
+        hook = prune["early_config_prune"]
+        order = [(r.tile.block_m, r.tile.block_n, r.tile.num_warps, r.tile.num_stages)
+                 for r in hook.last if r.feasible]
+        key = (best.kwargs["BLOCK_M"], best.kwargs["BLOCK_N"], best.num_warps, best.num_stages)
+        rank = order.index(key) + 1 if key in order else None
+    print(json.dumps({"autotune_s": autotune_s, "bench_s": getattr(tuner, "bench_time", None),
+                      "configs_total": len(configs), "configs_benchmarked": len(timings),
+                      "block_m": best.kwargs["BLOCK_M"], "block_n": best.kwargs["BLOCK_N"],
+                      "num_warps": best.num_warps, "num_stages": best.num_stages,
+                      "median_ms": ms, "tflops": p.reference_flops() / (ms * 1e-3) / 1e12,
+                      "max_abs_err_vs_sdpa": err, "predicted_rank_of_choice": rank,
+                      "timings": timings}))
+    return 0
+
+
+def run_one(seqlen, head_dim, causal, mode, top_k, predictions, timeout_s) -> dict:
+    with tempfile.TemporaryDirectory(prefix="triton-cache-") as cache:
+        env = dict(os.environ, TRITON_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
+        env.pop("TRITON_PRINT_AUTOTUNING", None)
+        cmd = [sys.executable, "-m", "experiments.autotune_prune", "_worker", "--seqlen", str(seqlen),
+               "--head-dim", str(head_dim), "--causal", str(int(causal)), "--mode", mode,
+               "--top-k", str(top_k), "--predictions", str(predictions)]
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                                  timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"status": f"timeout after {timeout_s} s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"status": f"failed: {tail[:200]}"}
+    out = json.loads(lines[-1])
+    out["status"] = "ok"
+    return out
+
+
+def markdown(rows, prov) -> str:
+    from gpusim.artifacts import markdown_table
+
+    by = {}
+    for r in rows:
+        by.setdefault((r["seqlen"], r["head_dim"], r["causal"]), {})[r["mode"]] = r
+    body = []
+    for (n, d, c), m in sorted(by.items()):
+        f, p = m.get("full", {}), m.get("pruned", {})
+        if f.get("status") != "ok" or p.get("status") != "ok":
+            body.append([n, d, c, f.get("status", "-"), p.get("status", "-"), "", "", "", "", "", ""])
+            continue
+        loss = (p["median_ms"] / f["median_ms"] - 1) * 100
+        body.append([n, d, c, f"{f['autotune_s']:.1f}", f"{p['autotune_s']:.1f}",
+                     f"{f['autotune_s'] / p['autotune_s']:.1f}×",
+                     f"{f['block_m']}x{f['block_n']} w{f['num_warps']} s{f['num_stages']}",
+                     f"{f['median_ms']:.3f}",
+                     f"{p['block_m']}x{p['block_n']} w{p['num_warps']} s{p['num_stages']}",
+                     f"{p['median_ms']:.3f}", f"{loss:+.1f}%"])
+    header = ["N", "D", "causal", "full autotune s", "pruned autotune s", "saved",
+              "full pick", "full ms", "pruned pick", "pruned ms", "pruned vs full"]
+    return ("# Autotune with and without gpusim pruning (fa2, H100)\n\n"
+            f"GPU {prov['gpu']}, SM clock {prov['sm_clock_mhz']} MHz, driver {prov['driver']}, "
+            f"torch {prov['torch']}, triton {prov['triton']}, commit {prov['git_commit']}, "
+            f"{prov['date']}.\n\nCommand: `{prov['command']}`\n\n"
+            f"Search space: {len(grid_tile_configs())} configs (block_m {GRID['block_m']}, block_n "
+            f"{GRID['block_n']}, warps {GRID['warps']}, stages {GRID['stages']}); pruned keeps the "
+            "simulator's top 3. Autotune time = first call with an empty Triton cache (compile + "
+            "benchmark + run). ms = triton.testing.do_bench median of the chosen config.\n\n"
+            + markdown_table(header, body))
+
+
+def cmd_run(a) -> int:
+    import torch
+
+    from gpusim.artifacts import atomic_write_text, write_csv
+
+    if not torch.cuda.is_available():
+        print("autotune_prune run: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    if not Path(a.predictions).is_file():
+        print(f"autotune_prune run: {a.predictions} is missing; run `precompute` on a machine "
+              "with the simulator first", file=sys.stderr)
+        return 2
+    command = "PYTHONPATH=. python experiments/autotune_prune.py " + " ".join(sys.argv[1:])
+    prov = provenance(command)
+    rows, timing_rows = [], []
+    start = time.time()
+    out_csv = Path(a.out) / "autotune_prune_h100.csv"
+    for n in _ints(a.seqlens):
+        for d in _ints(a.head_dims):
+            for c in _ints(a.causal):
+                for mode in ("full", "pruned"):
+                    if time.time() - start > a.budget_s:
+                        print(f"budget of {a.budget_s} s spent; stopping", file=sys.stderr)
+                        break
+                    res = run_one(n, d, c, mode, a.top_k, a.predictions, a.timeout_s)
+                    p = shape(n, d, bool(c))
+                    row = {"seqlen": n, "head_dim": d, "causal": c, "batch": p.batch,
+                           "heads": p.heads, "dtype": p.dtype, "mode": mode, **res, **prov}
+                    for t in row.pop("timings", []) or []:
+                        timing_rows.append({"seqlen": n, "head_dim": d, "causal": c, "mode": mode,
+                                            **t, **prov})
+                    rows.append(row)
+                    print(f"N={n} D={d} causal={c} {mode}: {res.get('status')} "
+                          f"autotune {res.get('autotune_s', float('nan')):.1f} s, pick "
+                          f"{res.get('block_m')}x{res.get('block_n')} w{res.get('num_warps')} "
+                          f"s{res.get('num_stages')} {res.get('median_ms', float('nan')):.3f} ms",
+                          file=sys.stderr, flush=True)
+                    # written after every run: a cut-off session keeps what it measured
+                    write_csv(out_csv, rows, COLUMNS)
+                    write_csv(Path(a.out) / "autotune_prune_timings_h100.csv", timing_rows)
+                    atomic_write_text(Path(a.out) / "autotune_prune_h100.md", markdown(rows, prov))
+    print(markdown(rows, prov))
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("precompute", help="CPU: predict the grid for the anchor shapes into JSON")
+    p.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
+    p.add_argument("--head-dims", default=",".join(map(str, HEAD_DIMS)))
+    p.add_argument("--causal", default="0,1")
+    p.add_argument("--gpu", default="h100")
+    p.add_argument("--predictions", default=str(PREDICTIONS))
+    p.add_argument("--jobs", type=int, default=None)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-sim", action="store_true", help="(testing only) accounting, no runtimes")
+    p.set_defaults(func=cmd_precompute)
+    p = sub.add_parser("run", help="GPU: autotune with and without pruning")
+    p.add_argument("--seqlens", default=",".join(map(str, RUN_SEQLENS)))
+    p.add_argument("--head-dims", default=",".join(map(str, HEAD_DIMS)))
+    p.add_argument("--causal", default="0,1")
+    p.add_argument("--top-k", type=int, default=3)
+    p.add_argument("--predictions", default=str(PREDICTIONS))
+    p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--budget-s", type=float, default=480, help="start no new run after this")
+    p.add_argument("--timeout-s", type=float, default=300, help="per (shape, mode) subprocess")
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("_worker", help=argparse.SUPPRESS)
+    p.add_argument("--seqlen", type=int, required=True)
+    p.add_argument("--head-dim", type=int, required=True)
+    p.add_argument("--causal", type=int, default=0)
+    p.add_argument("--mode", choices=("full", "pruned"), required=True)
+    p.add_argument("--top-k", type=int, default=3)
+    p.add_argument("--predictions", default=str(PREDICTIONS))
+    p.set_defaults(func=cmd_worker)
+    a = ap.parse_args(argv)
+    return a.func(a)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

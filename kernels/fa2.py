@@ -134,6 +134,12 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
     (90,) for H100) without a GPU and report what Triton allocates:
     {"smem_bytes": metadata.shared, "n_regs": registers per thread from ptxas
     (None if unavailable)}."""
+    from .common import interpreting
+
+    if interpreting():
+        # under TRITON_INTERPRET=1 @triton.jit gives interpreter objects that
+        # cannot be compiled: compile in a clean child process instead
+        return _compile_in_subprocess("kernels.fa2", problem, config, target)
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -184,3 +190,24 @@ def _regs_from_cubin(compiled):
         out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
     m = re.search(r"REG:(\d+)", out)
     return int(m.group(1)) if m else None
+
+
+def _compile_in_subprocess(module, problem, config, target):
+    import dataclasses
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from algorithms.problem import AttentionProblem, TileConfig; "
+            f"from {module} import compiled_resources; a = json.loads(sys.argv[1]); "
+            "r = compiled_resources(AttentionProblem(**a['p']), TileConfig(**a['c']), tuple(a['t'])); "
+            "print(json.dumps({k: v for k, v in r.items() if k != 'ttgir'}))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    arg = json.dumps({"p": dataclasses.asdict(problem), "c": dataclasses.asdict(config),
+                      "t": list(target) if isinstance(target, (tuple, list)) else [int(target)]})
+    out = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])

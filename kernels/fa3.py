@@ -289,10 +289,13 @@ def forward_fp8(q, k, v, *, causal=False, config: TileConfig | None = None, sm_s
 
 def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90,)) -> dict:
     """Cross-compile _fa3_fwd for sm_90 without a GPU: {"smem_bytes", "n_regs", "warp_specialized"}."""
+    from .common import interpreting
+    from .fa2 import _compile_in_subprocess, _regs_from_cubin
+
+    if interpreting():
+        return _compile_in_subprocess("kernels.fa3", problem, config, target)
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-
-    from .fa2 import _regs_from_cubin
 
     dt = {"bf16": "*bf16", "fp16": "*fp16"}[problem.dtype]
     sig = {"Q": dt, "K": dt, "V": dt, "O": dt, "LSE": "*fp32", "qk_scale": "fp32",

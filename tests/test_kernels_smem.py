@@ -1,0 +1,32 @@
+"""kernels.fa2.compiled_resources reproduces the committed SMEM probe CSV
+(a live cross-compilation for sm_90; no GPU needed)."""
+import csv
+import os
+
+import pytest
+
+from algorithms.problem import AttentionProblem, TileConfig
+
+CSV = os.path.join(os.path.dirname(__file__), "..", "experiments", "results", "triton_smem_fa2.csv")
+
+
+def _row(bm, bn, w, s, d, c):
+    for r in csv.DictReader(open(CSV)):
+        if (int(r["block_m"]), int(r["block_n"]), int(r["num_warps"]), int(r["num_stages"]),
+                int(r["head_dim"]), int(r["causal"])) == (bm, bn, w, s, d, c):
+            return r
+    raise LookupError((bm, bn, w, s, d, c))
+
+
+@pytest.mark.parametrize("cfg", [(128, 64, 8, 3, 128, 0), (64, 32, 4, 1, 64, 1)])
+def test_live_compile_matches_csv(cfg):
+    pytest.importorskip("triton")
+    from kernels.fa2 import compiled_resources
+
+    bm, bn, w, s, d, c = cfg
+    got = compiled_resources(AttentionProblem(1, 16, 4096, d, causal=bool(c)),
+                             TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s))
+    assert got["smem_bytes"] == int(_row(*cfg)["smem_bytes"])
+    # the rule in kernels/NOTES.md
+    buffers = 2 * s if s >= 2 else 1
+    assert got["smem_bytes"] == 2 * d * (bm + bn * buffers)

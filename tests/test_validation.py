@@ -1,0 +1,246 @@
+"""The validation metrics, the results loaders, and the regression guard.
+
+The guard re-predicts a deterministic subset of the committed H100 measurements
+(experiments/validate.py guard_subset) and fails if an error rises above the bounds
+stored in experiments/results/validation_bounds.json (the values the first real report
+reached, rounded up slightly). No GPU needed.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+
+import pytest
+
+from algorithms.errors import ResultsFileError
+from experiments import validate as V
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# --------------------------------------------------------------------------- metrics
+def test_mape_and_summary():
+    assert V.mape([110, 90], [100, 100]) == pytest.approx(0.10)
+    s = V.error_summary([110, 95, 100, 150], [100, 100, 100, 100])
+    assert s["n"] == 4
+    assert s["mape"] == pytest.approx((0.10 + 0.05 + 0 + 0.5) / 4)
+    assert s["median"] == pytest.approx(0.075)
+    assert s["max"] == pytest.approx(0.5)
+    assert s["bias"] == pytest.approx((0.10 - 0.05 + 0 + 0.5) / 4)
+    assert math.isnan(V.error_summary([], [])["mape"])
+
+
+def test_mape_refuses_bad_measurements():
+    with pytest.raises(ValueError):
+        V.mape([1.0], [0.0])
+    with pytest.raises(ValueError):
+        V.mape([float("nan")], [1.0])
+    with pytest.raises(ValueError):
+        V.mape([1.0, 2.0], [1.0])
+
+
+def test_ranks_average_ties():
+    assert V.ranks([10, 30, 20]) == [1, 3, 2]
+    assert V.ranks([5, 5, 1, 7]) == [2.5, 2.5, 1, 4]
+
+
+def test_spearman_known_values():
+    assert V.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert V.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # no ties: 1 - 6 sum d^2 / (n (n^2 - 1))
+    x, y = [1, 2, 3, 4, 5], [2, 1, 4, 3, 5]
+    d2 = sum((a - b) ** 2 for a, b in zip(x, y))
+    assert V.spearman(x, y) == pytest.approx(1 - 6 * d2 / (5 * 24))
+    # monotone transforms do not change it
+    rng = random.Random(3)
+    a = [rng.random() for _ in range(30)]
+    b = [v + rng.gauss(0, 0.2) for v in a]
+    assert V.spearman(a, b) == pytest.approx(V.spearman([math.exp(v) for v in a], [v ** 3 for v in b]))
+    assert math.isnan(V.spearman([1], [1]))
+    assert math.isnan(V.spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_spearman_with_ties_matches_pearson_of_ranks():
+    x, y = [1, 2, 2, 3, 4], [1, 3, 2, 2, 5]
+    rx, ry = V.ranks(x), V.ranks(y)
+    n = len(x)
+    mx, my = sum(rx) / n, sum(ry) / n
+    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    den = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+    assert V.spearman(x, y) == pytest.approx(num / den)
+
+
+def test_top1_loss():
+    meas = [1.00, 1.20, 1.05, 2.0]
+    assert V.top1_loss([5, 6, 7, 8], meas) == pytest.approx(0.0)      # picks the measured best
+    assert V.top1_loss([6, 5, 7, 8], meas) == pytest.approx(0.20)     # picks the 1.20 one
+    assert V.top1_loss([3, 3, 1, 8], meas) == pytest.approx(0.05)
+    assert V.top1_loss([2, 2, 3, 3], meas) == pytest.approx(0.0)      # tie: first listed
+    with pytest.raises(ValueError):
+        V.top1_loss([], [])
+
+
+def test_compute_metrics_groups_by_algo_and_shape():
+    from algorithms.problem import AttentionProblem, TileConfig
+
+    p = AttentionProblem(batch=16, heads=16, seqlen_q=1024, head_dim=128)
+    rows, preds = [], []
+    for i, bm in enumerate((64, 128)):
+        for j, bn in enumerate((32, 64, 128)):
+            ms = 1.0 + 0.1 * (i * 3 + j)
+            rows.append({"algo": "fa2", "problem": p, "config": TileConfig(block_m=bm, block_n=bn),
+                         "ms": ms, "default_config": bm == 128 and bn == 64})
+            preds.append({"runtime_us": ms * 1e3 * 1.1})
+    rows.append({"algo": "fa3", "problem": p.with_(dtype="fp8"), "config": TileConfig(), "ms": 0.5,
+                 "default_config": True})
+    preds.append({"runtime_us": 400.0})
+    rows.append({"algo": "fa1", "problem": p, "config": TileConfig(), "ms": 0.5, "default_config": True})
+    preds.append({"runtime_us": None, "error": "boom"})
+    m = V.compute_metrics(rows, preds)
+    assert m["errors"]["fa2"]["mape"] == pytest.approx(0.10)
+    assert m["errors"]["fa3_fp8"]["mape"] == pytest.approx(0.20)
+    assert m["errors_default"]["fa2"]["n"] == 1
+    assert len(m["failed"]) == 1
+    (k, rk), = m["ranking"].items()
+    assert rk["spearman"] == pytest.approx(1.0) and rk["top1_loss"] == 0.0
+    gm = V.guard_metrics(rows, preds)
+    assert gm["mape.fa2"] == pytest.approx(0.10) and gm["unpredicted_rows"] == 1.0
+
+
+# --------------------------------------------------------------------------- files
+HEADER = V.COLUMNS
+
+
+def _row(**kw):
+    r = {c: "" for c in HEADER}
+    r.update(algo="fa2", dtype="bf16", batch=16, heads=16, kv_heads=16, seqlen=1024, head_dim=128,
+             causal=0, block_m=128, block_n=64, num_warps=8, num_stages=3, block_k=64,
+             consumer_warpgroups=2, pingpong=1, intra_wg_overlap=1, mma="auto", default_config=1,
+             ms="0.5", status="ok")
+    r.update(kw)
+    return r
+
+
+def _write(path, rows, header=HEADER):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    return str(path)
+
+
+def test_load_measurements_ok(tmp_path):
+    path = _write(tmp_path / "v.csv", [_row(), _row(status="error", ms=""), _row(block_n=32, ms="0.7",
+                                                                                 default_config=0)])
+    rows = V.load_measurements(path)
+    assert len(rows) == 2
+    assert rows[0]["problem"].seqlen_q == 1024 and rows[0]["config"].block_n == 64
+    assert rows[0]["default_config"] and not rows[1]["default_config"]
+
+
+@pytest.mark.parametrize("rows,header,msg", [
+    ([_row()], [c for c in HEADER if c != "ms"], "missing column"),
+    ([_row(batch="x")], HEADER, "not an integer"),
+    ([_row(ms="fast")], HEADER, "not a number"),
+    ([_row(ms="-1")], HEADER, "must be positive"),
+    ([_row(status="error")], HEADER, "no row with status ok"),
+    ([_row(head_dim=100)], HEADER, "head_dim"),
+    ([_row(block_m=96)], HEADER, "block_m"),
+])
+def test_load_measurements_bad_files(tmp_path, rows, header, msg):
+    path = _write(tmp_path / "v.csv", rows, header)
+    with pytest.raises(ResultsFileError, match=msg) as e:
+        V.load_measurements(path)
+    assert "\n" not in str(e.value)
+
+
+def test_missing_and_binary_files(tmp_path):
+    with pytest.raises(ResultsFileError, match="no such results file"):
+        V.load_measurements(str(tmp_path / "nope.csv"))
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ResultsFileError):
+        V.load_measurements(str(bad))
+    with pytest.raises(ResultsFileError, match="no such results file"):
+        V.load_ncu(str(tmp_path / "nope.csv"))
+
+
+def test_report_cli_bad_file_is_one_line(tmp_path, capsys):
+    rc = V.main(["report", "--measurements", str(tmp_path / "missing.csv"), "--no-plots",
+                 "--report", str(tmp_path / "r.md")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("validate: ") and "\n" not in err
+
+
+def test_parse_and_group_ncu():
+    text = "\n".join([
+        '==PROF== Connected to process 1',
+        '"ID","Kernel Name","Grid Size","dram__bytes_read.sum","dram__bytes_write.sum",'
+        '"lts__t_sectors_srcunit_tex_op_read.sum","lts__t_sectors_op_read.sum","gpu__time_duration.sum",'
+        '"launch__grid_size"',
+        '"","","","byte","byte","sector","sector","nsecond",""',
+        '"0","_ncu_case_marker","(1, 1, 1)","0","0","0","0","1000","1"',
+        '"1","_qk_gemm","(8, 16, 1)","1,000","2000","100","110","5000","128"',
+        '"2","_pv_gemm","(8, 16, 1)","500","100","10","12","3000","128"',
+        '"3","_ncu_case_marker","(2, 1, 1)","0","0","0","0","1000","2"',
+        '"4","_fa2_fwd","(8, 16, 1)","300","50","20","21","2000","128"',
+        '"5","_ncu_case_marker","(3, 1, 1)","0","0","0","0","1000","3"',
+    ])
+    kernels = V.parse_ncu_raw(text)
+    assert len(kernels) == 6
+    per = V.group_ncu(kernels, 2)
+    assert per[0]["kernels"] == ["_qk_gemm", "_pv_gemm"]
+    assert per[0]["dram__bytes_read.sum"] == 1500 and per[0]["lts__t_sectors_srcunit_tex_op_read.sum"] == 110
+    assert per[1]["kernels"] == ["_fa2_fwd"] and per[1]["dram__bytes_write.sum"] == 50
+    with pytest.raises(ResultsFileError):
+        V.parse_ncu_raw("no csv here")
+
+
+def test_suite_covers_the_issue():
+    cases = V.suite_cases()
+    algos = {(a, p.dtype) for a, p, _, _ in cases}
+    assert {("standard", "bf16"), ("fa1", "bf16"), ("fa2", "bf16"), ("fa3", "bf16"), ("fa3", "fp8")} <= algos
+    shapes = {(p.head_dim, p.seqlen_q, p.causal) for _, p, _, _ in cases}
+    assert len(shapes) == 2 * 6 * 2
+    for _, p, _, _ in cases:
+        assert p.batch * p.seqlen_q == 16384 and p.heads * p.head_dim == 2048
+    fa2 = [c for a, p, c, _ in cases if a == "fa2" and p.head_dim == 128 and p.seqlen_q == 4096 and not p.causal]
+    assert len(fa2) == len(set(fa2)) == len(V.fa2_configs(V.shapes()[0].with_(head_dim=128, heads=16, kv_heads=16)))
+    # the default configs come first, so a run cut short still covers every algorithm
+    assert all(d for _, _, _, d in cases[:120])
+
+
+def test_report_end_to_end_small(tmp_path):
+    """A tiny synthetic results file through the whole report path (predictions included)."""
+    rows = [_row(block_m=bm, block_n=bn, ms=f"{0.3 + 0.01 * i}", default_config=int(bm == 128 and bn == 64),
+                 batch=16, seqlen=1024, heads=32, kv_heads=32, head_dim=64, num_warps=4)
+            for i, (bm, bn) in enumerate([(64, 32), (64, 64), (128, 64), (128, 32)])]
+    path = _write(tmp_path / "v.csv", rows)
+    rc = V.main(["report", "--measurements", path, "--ncu", str(tmp_path / "none.csv"), "--gpu", "h100",
+                 "--no-plots", "--jobs", "1", "--report", str(tmp_path / "r.md")])
+    assert rc == 0
+    text = (tmp_path / "r.md").read_text()
+    assert "Profile `h100`" in text and "| fa2 | 4 |" in text
+
+
+# --------------------------------------------------------------------------- the guard
+MEASURED = os.path.join(ROOT, "experiments", "results", "validation_h100.csv")
+BOUNDS = os.path.join(ROOT, "experiments", "results", "validation_bounds.json")
+
+
+@pytest.mark.skipif(not os.path.exists(MEASURED), reason="no committed H100 measurements yet")
+def test_regression_guard():
+    if not os.path.exists(BOUNDS):
+        pytest.skip("no bounds yet: run `validate.py report --write-bounds` after the first real report")
+    bounds = json.load(open(BOUNDS))
+    rows = V.guard_subset(V.load_measurements(MEASURED))
+    assert rows, "the guard subset of the committed measurements is empty"
+    preds = V.predict_rows(rows, bounds["profile"], jobs=min(4, os.cpu_count() or 1))
+    got = V.guard_metrics(rows, preds)
+    over = {k: (round(got.get(k, float("inf")), 4), b) for k, b in bounds["bounds"].items()
+            if not got.get(k, float("inf")) <= b}
+    assert not over, f"validation errors rose above their bounds (metric: (now, bound)): {over}"

@@ -57,6 +57,11 @@ STEADY_TOLERANCE = 0.01     # two iterations/CTAs "take the same time" within 1%
 MIN_SAMPLES = 3             # iterations timed before a run may be skipped
 MAX_SAMPLES = 8             # ... skipped at the latest after this many
 GHOST_SAMPLES = 3           # real CTAs of a class before later ones are ghosted
+# ... and, steady or not, a class stops being simulated after this many waves
+# of it: later CTAs take the mean of the latest GHOST_WAVES·slots real ones.
+GHOST_WAVES = 2
+# The latest wave's two halves agree this well: contention has settled.
+CONVERGED = 0.02
 # A run is bottlenecked by a unit busy at least half of the time; below that
 # no unit is saturated and latency (too little work in flight) bounds it.
 SATURATION = 0.5
@@ -141,7 +146,6 @@ class Engine:
         self.launch_gap = gpu.launch.kernel_launch_us * 1e-6
         self._mma_rates: dict[tuple, float] = {}
         self.totals = [0.0] * N_COUNTERS
-        self.extra_hbm_write = 0.0  # stores that fast-forwarding kept out of L2
         self.events = 0
         self._ops = {Mma: self._mma, Load: self._load, Store: self._store, Exp: self._exp,
                      Alu: self._alu, SmemIO: self._smem, MmaWait: self._mma_wait,
@@ -281,20 +285,36 @@ class Engine:
                     continue
                 role.skip = ["", 0]
             if count > 0:
-                self._extrapolate(role, samples[-2:], count)
+                wait = self._extrapolate(role, samples[-2:], count, cta, in_place=role.skip is None)
+                self.mem.pollute(env.now, count * samples[-1][1][MISS], count * samples[-1][1][STORE])
                 i += count
+                if wait:
+                    self.events += 1
+                    yield env.timeout(wait)
             skipped_run = run_key
 
-    def _extrapolate(self, role: _Role, samples, count: int) -> None:
+    def _extrapolate(self, role: _Role, samples, count: int, cta: _Cta, in_place: bool) -> float:
+        """Charge `count` skipped iterations to the role. In place (single-role
+        CTAs) the role waits them out now, their work a background load over
+        the wait; otherwise (multi-role CTAs, whose roles must stay in step)
+        the CTA is extended at its end. Returns the time to wait now."""
         period = (samples[0][0] + samples[1][0]) / 2
-        role.ext += count * period
         last = samples[1][1]
         mean = [(a + b) / 2 for a, b in zip(samples[0][1], last)]
+        work = [0.0] * N_COUNTERS
         for slot in range(N_COUNTERS):
             # requested and stored bytes are equal in every iteration of a run
             per_iteration = last[slot] if slot in (REQ, STORE) else mean[slot]
-            role.c[slot] += count * per_iteration
-            role.xbusy[slot] += count * per_iteration
+            work[slot] = count * per_iteration
+            role.c[slot] += work[slot]
+        if in_place:
+            now = self.env.now
+            self._background(cta.sm, now, now + count * period, work)
+            return count * period
+        role.ext += count * period
+        for slot in range(N_COUNTERS):
+            role.xbusy[slot] += work[slot]
+        return 0.0
 
     # ------------------------------------------------------- CTAs and slots
     def _skip_plan(self, program):
@@ -344,7 +364,6 @@ class Engine:
         if ext > 0.0:
             xbusy = [sum(role.xbusy[s] for role in cta.roles) for s in range(N_COUNTERS)]
             self._background(sm, env.now, env.now + ext, xbusy)
-            self.extra_hbm_write += xbusy[STORE]
             yield env.timeout(ext)
         totals = [sum(role.c[s] for role in cta.roles) for s in range(N_COUNTERS)]
         for s in range(N_COUNTERS):
@@ -354,10 +373,15 @@ class Engine:
         return env.now - start, totals
 
     def _background(self, sm: _SM, start: float, end: float, busy) -> None:
+        """Fast-forwarded work: on the SM's own units it slows the CTAs that
+        share the SM over [start, end]. On L2 and HBM it is counted as busy
+        time only: the skipped period was measured under the contention of
+        every SM, and most of the others are skipping too, so slowing the few
+        real requests again would count that contention twice."""
         for server, slot in zip(sm.units, (TENSOR, SFU, ALU, SMEM, PORT)):
             server.add_background(start, end, busy[slot])
-        self.mem.l2.add_background(start, end, busy[L2])
-        self.mem.hbm.add_background(start, end, busy[HBM])
+        self.mem.l2.busy += busy[L2]
+        self.mem.hbm.busy += busy[HBM]
 
     def _slot(self, launch: Launch, sm: _SM, state: dict):
         env = self.env
@@ -367,40 +391,57 @@ class Engine:
             index = state["next"]
             key = launch.cost_key(index)
             seen = samples.get(key)
-            if self.fast and seen is not None and len(seen) >= GHOST_SAMPLES and _steady(seen):
-                if index >= state["run_end"] or state["run_key"] != key:
-                    end = index + 1
-                    while end < grid and launch.cost_key(end) == key:
-                        end += 1
-                    state["run_key"], state["run_end"] = key, end
-                share = (state["run_end"] - index) // state["slots"]
-                batch = max(1, min(share, state["run_end"] - index))
-                state["next"] = index + batch
-                state["ghosted"] += batch
-                yield from self._ghost(sm, seen, batch, launch.name)
+            if self.fast and seen is not None and seen.ready(state["slots"]):
+                # Take this slot's share of what is left, as long as every
+                # CTA in it belongs to a steady class (classes interleave:
+                # edge tiles, causal Q blocks).
+                share = max(1, (grid - index) // state["slots"])
+                batch: dict = {}
+                end = index
+                while end < grid and end - index < share:
+                    k = key if end == index else launch.cost_key(end)
+                    stats = samples.get(k)
+                    if stats is None or not stats.ready(state["slots"]):
+                        break
+                    entry = batch.get(k)
+                    batch[k] = (stats, 1) if entry is None else (stats, entry[1] + 1)
+                    end += 1
+                state["next"] = end
+                state["ghosted"] += end - index
+                yield from self._ghost(sm, batch.values(), launch.name, state["slots"])
                 continue
             state["next"] = index + 1
             state["simulated"] += 1
+            # Only CTAs that started once others had finished ran under the
+            # launch's steady contention; the first wave starts all at once.
+            warm = state["warm"]
             duration, totals = yield from self._run_cta(launch, index, sm)
-            samples.setdefault(key, []).append((duration, totals))
+            state["warm"] = True
+            if seen is None:
+                seen = samples[key] = _ClassStats()
+            seen.add(duration, totals, warm)
 
-    def _ghost(self, sm: _SM, seen, batch: int, name: str):
-        """`batch` CTAs of a steady class: their time from the latest real
-        ones, their work (L2 hits and misses differ between the CTA that
-        fetched a tile first and those that found it) from all of them."""
+    def _ghost(self, sm: _SM, batch, name: str, slots: int):
+        """CTAs of steady classes, (class stats, count) in `batch`: their time
+        from the latest real ones of their class, their work (L2 hits and
+        misses differ between the CTA that fetched a tile first and those
+        that found it) from all of them."""
         env = self.env
-        recent = seen[-GHOST_SAMPLES:]
-        duration = sum(d for d, _ in recent) / len(recent) * batch
-        work = [sum(t[s] for _, t in seen) / len(seen) * batch for s in range(N_COUNTERS)]
-        # requested and stored bytes are equal for every CTA of a class
-        work[REQ], work[STORE] = seen[-1][1][REQ] * batch, seen[-1][1][STORE] * batch
+        duration = 0.0
+        work = [0.0] * N_COUNTERS
+        n = 0
+        for stats, count in batch:
+            n += count
+            duration += stats.recent_duration(slots) * count
+            for s, w in enumerate(stats.mean_work(count)):
+                work[s] += w
         start = env.now
         self._background(sm, start, start + duration, work)
-        self.extra_hbm_write += work[STORE]
+        self.mem.pollute(start, work[MISS], work[STORE])
         for s in range(N_COUNTERS):
             self.totals[s] += work[s]
         if self.tracer is not None:
-            self.tracer.slice(sm.index, "ctas", f"{name} x{batch} (fast-forwarded)", start,
+            self.tracer.slice(sm.index, "ctas", f"{name} x{n} (fast-forwarded)", start,
                               start + duration)
         self.events += 1
         yield env.timeout(duration)
@@ -413,8 +454,8 @@ class Engine:
         busy0 = self._busy_snapshot()
         self._num_warps = launch.threads // 32
         slots = [(slot, sm) for slot in range(ctas_per_sm) for sm in self.sms]
-        state = {"next": 0, "samples": {}, "run_key": None, "run_end": 0,
-                 "slots": len(slots), "simulated": 0, "ghosted": 0}
+        state = {"next": 0, "samples": {}, "slots": len(slots), "simulated": 0, "ghosted": 0,
+                 "warm": False}
         procs = [env.process(self._slot(launch, sm, state)) for _, sm in slots]
         yield env.all_of(procs)
         runtime = env.now - start
@@ -457,7 +498,7 @@ class Engine:
         unit, share = bottleneck_of(busy)
         requested = int(round(self.totals[REQ]))
         hbm_read = int(round(self.totals[MISS]))
-        hbm_write = int(round(self.mem.hbm_write + self.extra_hbm_write))
+        hbm_write = int(round(self.mem.hbm_write))
         return SimResult(runtime_s=runtime, requested_bytes=requested,
                          store_bytes=int(round(self.totals[STORE])), hbm_read_bytes=hbm_read,
                          hbm_write_bytes=hbm_write,
@@ -466,9 +507,57 @@ class Engine:
                          launches=results, events=self.events)
 
 
-def _steady(samples) -> bool:
-    recent = [d for d, _ in samples[-GHOST_SAMPLES:]]
-    return max(recent) - min(recent) <= STEADY_TOLERANCE * max(recent)
+class _ClassStats:
+    """Real CTAs of one cost class: their durations and summed work."""
+
+    __slots__ = ("durations", "work", "count", "exact")
+
+    def __init__(self):
+        self.durations: list[float] = []  # of CTAs started under steady contention
+        self.work = [0.0] * N_COUNTERS     # of every real CTA
+        self.count = 0
+        self.exact = (0.0, 0.0)
+
+    def add(self, duration: float, totals, warm: bool) -> None:
+        if warm:
+            self.durations.append(duration)
+        self.count += 1
+        for s in range(N_COUNTERS):
+            self.work[s] += totals[s]
+        self.exact = (totals[REQ], totals[STORE])
+
+    def ready(self, slots: int) -> bool:
+        """Steady once the CTAs started under steady contention agree: the
+        last GHOST_SAMPLES within 1%, or the two halves of the latest wave
+        within CONVERGED; after GHOST_WAVES waves of them, in any case."""
+        d = self.durations
+        n = len(d)
+        if n >= GHOST_WAVES * slots:
+            return True
+        if n < GHOST_SAMPLES:
+            return False
+        recent = d[-GHOST_SAMPLES:]
+        if max(recent) - min(recent) > STEADY_TOLERANCE * max(recent):
+            return False
+        window = min(n, slots)
+        if window < 2 * GHOST_SAMPLES:
+            return n >= min(slots, GHOST_SAMPLES)
+        half = window // 2
+        older, newer = sum(d[-window:-half]) / (window - half), sum(d[-half:]) / half
+        return abs(newer - older) <= CONVERGED * max(newer, older)
+
+    def recent_duration(self, slots: int) -> float:
+        """Mean of the latest wave of durations: under FIFO queueing single
+        CTAs vary with their place in the queue, a wave's mean does not
+        (Little's law: duration = slots ÷ throughput)."""
+        recent = self.durations[-slots:]
+        return sum(recent) / len(recent)
+
+    def mean_work(self, batch: int) -> list[float]:
+        work = [w / self.count * batch for w in self.work]
+        # requested and stored bytes are equal for every CTA of a class
+        work[REQ], work[STORE] = self.exact[0] * batch, self.exact[1] * batch
+        return work
 
 
 class _Barriers(dict):

@@ -34,6 +34,7 @@ class MemorySystem:
         self.hit_bytes = 0
         self.hbm_read = 0
         self.hbm_write = 0
+        self._phantoms = 0
 
     def load(self, now: float, port: Server, tile, nbytes: int) -> tuple[float, bool]:
         """Bytes of `tile` to an SM whose L2 port is `port`: (arrival time, hit)."""
@@ -72,10 +73,34 @@ class MemorySystem:
         self.lines[tile] = [nbytes, ready, dirty]
         self.used += nbytes
         while self.used > self.capacity:
-            _, (size, _, was_dirty) = self.lines.popitem(last=False)
+            _, (size, _, dirty) = self.lines.popitem(last=False)
             self.used -= size
-            if was_dirty:
-                self._write_back(now, size)
+            if dirty:  # True for a stored tile; a phantom holds its dirty byte count
+                self._write_back(now, size if dirty is True else dirty)
+
+    def pollute(self, now: float, read_bytes: float, written_bytes: float) -> None:
+        """Fast-forwarded work: the tiles it would have fetched (read_bytes)
+        and stored (written_bytes) occupy L2 as one anonymous entry that no
+        one can hit, evicting what they would have evicted; the written part
+        reaches HBM when the entry is evicted or flushed."""
+        total = int(read_bytes + written_bytes)
+        if total <= 0:
+            return
+        self._phantoms += 1
+        if total > self.capacity:
+            # more than the whole L2 streamed through: everything older leaves,
+            # and so do the written bytes that did not fit
+            kept = self.capacity
+            overflow_written = written_bytes * (1 - kept / total)
+            if overflow_written:
+                self._write_back(now, int(overflow_written))
+            written_bytes -= overflow_written
+            total = kept
+        if total > 0:
+            self._insert(now, ("phantom", self._phantoms), total, now, False)
+            line = self.lines.get(("phantom", self._phantoms))
+            if line is not None and written_bytes >= 1:
+                line[2] = int(written_bytes)  # dirty bytes, written back on eviction
 
     def _write_back(self, now: float, nbytes: int) -> None:
         self.hbm_write += nbytes
@@ -85,6 +110,6 @@ class MemorySystem:
         """End of the run: dirty lines reach HBM (counted, not timed)."""
         for size, _, dirty in self.lines.values():
             if dirty:
-                self.hbm_write += size
+                self.hbm_write += size if dirty is True else dirty
         for line in self.lines.values():
             line[2] = False

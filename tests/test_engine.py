@@ -1,0 +1,151 @@
+"""The SimPy engine: determinism, sanity bounds, and the fast path against the full one."""
+import dataclasses
+import tomllib
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import algorithms
+from algorithms.accounting import count
+from algorithms.ops import Load, Loop, Store
+from algorithms.problem import AttentionProblem, TileConfig
+from gpusim import predict
+from gpusim.engine import simulate
+from gpusim.profile import load_profile, parse_profile, profiles_dir
+
+H100 = load_profile("h100")
+
+
+def profile_with(**changes):
+    """The H100 profile with some numbers changed: {"l2.capacity_bytes": 0}."""
+    data = tomllib.loads((profiles_dir() / "h100.toml").read_text())
+    for dotted, value in changes.items():
+        section, key = dotted.split(".")
+        data[section][key] = value
+    return parse_profile(data, "test.toml")
+
+
+SMALL = AttentionProblem(batch=2, heads=4, seqlen_q=512, head_dim=64)
+
+
+@pytest.mark.parametrize("algo", algorithms.ALGORITHMS)
+def test_same_inputs_bit_identical_outputs(algo):
+    a, b = (dataclasses.asdict(simulate(algorithms.build(algo, SMALL), H100)) for _ in range(2))
+    assert a == b
+
+
+@pytest.mark.parametrize("algo", algorithms.ALGORITHMS)
+def test_without_l2_hbm_bytes_equal_global_bytes(algo):
+    gpu = profile_with(**{"l2.capacity_bytes": 0})
+    schedule = algorithms.build(algo, SMALL)
+    counts = count(schedule)
+    for fast in (False, True):
+        r = simulate(schedule, gpu, fast=fast)
+        assert r.requested_bytes == counts.global_read_bytes
+        assert r.hbm_read_bytes == counts.global_read_bytes
+        assert r.hbm_write_bytes == counts.global_write_bytes
+        assert r.l2_hit_rate == 0.0
+
+
+@pytest.mark.parametrize("algo", algorithms.ALGORITHMS)
+def test_requested_bytes_match_the_accounting_exactly(algo):
+    p = AttentionProblem(batch=2, heads=4, seqlen_q=1000, seqlen_kv=1000, head_dim=64, causal=True)
+    schedule = algorithms.build(algo, p)
+    counts = count(schedule)
+    r = simulate(schedule, H100, fast=True)
+    assert r.requested_bytes == counts.global_read_bytes
+    assert r.store_bytes == counts.global_write_bytes
+
+
+@pytest.mark.parametrize("algo", ["fa2", "fa3", "standard"])
+@pytest.mark.parametrize("change", [{"hbm.sustained_bandwidth_gbps": 3340.0, "hbm.peak_bandwidth_gbps": 6700.0},
+                                    # the tensor peak is chip-wide: twice the SMs, twice the peak
+                                    {"gpu.sm_count": 264, "tensor_cores.peak_dense_tflops_16bit": 1978.8,
+                                     "tensor_cores.peak_dense_tflops_fp8": 3957.8}])
+def test_more_bandwidth_or_more_sms_never_slower(algo, change):
+    p = AttentionProblem(batch=2, heads=8, seqlen_q=1024, head_dim=128)
+    base = simulate(algorithms.build(algo, p), H100).runtime_s
+    more = simulate(algorithms.build(algo, p), profile_with(**change)).runtime_s
+    assert more <= base * 1.0001
+
+
+def test_memory_bound_softmax_predicts_bytes_over_bandwidth():
+    """standard's softmax reads S and writes P: nothing else bounds it."""
+    p = AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=64)
+    schedule = algorithms.build("standard", p)
+    softmax = [lc for lc in count(schedule).launches if lc.name == "softmax"][0]
+    bound = (sum(softmax.load_bytes.values()) + sum(softmax.store_bytes.values())) / (
+        H100.hbm.sustained_bandwidth_gbps * 1e9)
+    r = simulate(schedule, H100, fast=False)
+    measured = [lr for lr in r.launches if lr.name == "softmax"][0]
+    assert measured.bottleneck == "hbm_bandwidth"
+    assert bound <= measured.runtime_s <= 1.15 * bound
+
+
+def test_compute_bound_fa2_is_no_faster_than_flops_over_peak():
+    p = AttentionProblem(batch=1, heads=16, seqlen_q=8192, head_dim=128)
+    pred = predict(p, None, H100, algo="fa2")
+    peak = H100.tensor_cores.peak_dense_tflops_16bit * 1e12 * H100.tensor_cores.sustained_fraction
+    assert pred.runtime_us * 1e-6 >= pred.flops_matmul / peak
+    assert pred.bottleneck == "tensor_cores"
+
+
+@pytest.mark.parametrize("algo, problem", [
+    ("fa2", AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=128)),
+    ("fa2", AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=128, causal=True)),
+    ("fa3", AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=128)),
+    ("fa3", AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=128, causal=True)),
+])
+def test_fast_path_agrees_with_full_simulation(algo, problem):
+    """Within 1% on runtime, exactly on bytes requested and stored. Where the
+    fast path is known to deviate more (co-resident CTAs, standard's short
+    GEMM CTAs, FA1) the README's engine notes say so."""
+    schedule = algorithms.build(algo, problem)
+    fast, full = simulate(schedule, H100, fast=True), simulate(schedule, H100, fast=False)
+    assert abs(fast.runtime_s / full.runtime_s - 1) <= 0.01
+    assert fast.requested_bytes == full.requested_bytes
+    assert fast.store_bytes == full.store_bytes
+
+
+def _signature(items):
+    """Ops of a role program with tile identity removed (sizes and engines kept)."""
+    out = []
+    for it in items:
+        if isinstance(it, Loop):
+            out.append(("loop", it.name, it.trips))
+        elif isinstance(it, (Load, Store)):
+            out.append((type(it).__name__, it.tile.tensor, it.nbytes, it.engine, len(getattr(it, "signal", ()))))
+        else:
+            out.append(it)
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(algorithms.ALGORITHMS), st.integers(1, 400), st.booleans(),
+       st.sampled_from([32, 64]), st.integers(1, 3))
+def test_loop_keys_and_cost_keys_tell_the_truth(algo, n, causal, block, stages):
+    """Equal Loop.key means equal ops (tiles aside); equal cost_key means equal CTA programs."""
+    p = AttentionProblem(batch=1, heads=2, seqlen_q=n, seqlen_kv=n + 7, head_dim=64, causal=causal)
+    cfg = algorithms.default_config(algo, p)
+    if algo != "fa3":
+        cfg = cfg.with_(block_m=block, block_n=block, num_stages=stages)
+    schedule = algorithms.build(algo, p, cfg)
+
+    def check_items(items):
+        for it in items:
+            if isinstance(it, Loop) and it.key is not None:
+                by_key = {}
+                for i in range(it.trips):
+                    body = it.body(i)
+                    by_key.setdefault(it.key(i), _signature(body)) == _signature(body) or \
+                        pytest.fail(f"{it.name}: iteration {i} has key {it.key(i)} but other ops")
+                    check_items(body)
+
+    for launch in schedule.launches:
+        seen = {}
+        for cta in range(min(launch.grid, 64)):
+            program = launch.program(cta)
+            sig = [(r.name, _signature(r.items)) for r in program.roles]
+            assert seen.setdefault(launch.cost_key(cta), sig) == sig
+            for role in program.roles:
+                check_items(role.items)

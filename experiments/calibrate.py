@@ -1048,7 +1048,7 @@ def mapping(rows):
                                                      if isinstance(base[s], dict)}:
         v, row = max(port, key=lambda t: t[0])
         out[("l2", "sm_port_bytes_per_clk")] = (round(v, 1), cite(
-            f"a single CTA re-reading a 4 MB L2-resident set (ld.global.cg), best of 8/16/32 warps "
+            f"a single CTA re-reading a 4 MB L2-resident set (ld.global.cg), best of the single-CTA probes in the CSV "
             f"= {v:.1f} B/clk at the NVML clock", row, row.get("clock_mhz_nvml")))
     v, row = _val(rows, "latency", "plain_l2")
     if v:

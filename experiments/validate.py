@@ -381,16 +381,41 @@ def cmd_ncu_target(args) -> int:
     return 0
 
 
+_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6,
+            "s": 1e9, "second": 1e9}
+
+
+def unit_scale(unit):
+    """Factor to base units (bytes, sectors, nanoseconds) of an ncu unit such as Gbyte or ms."""
+    u = (unit or "").strip()
+    if u in _TIME_NS:
+        return _TIME_NS[u]
+    for base in ("byte", "sector"):
+        if u.endswith(base) and u[: -len(base)] in _PREFIX:
+            return _PREFIX[u[: -len(base)]]
+    return 1.0
+
+
 def parse_ncu_raw(text):
-    """ncu --csv --page raw output -> list of dicts (one per profiled kernel), units line dropped."""
+    """ncu --csv --page raw output -> list of dicts (one per profiled kernel); numeric values of
+    the metrics we read are converted to bytes, sectors and nanoseconds with the units line."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
     if not lines:
         raise ResultsFileError("ncu produced no CSV rows")
     rdr = list(csv.reader(lines))
     head, body = rdr[0], rdr[1:]
+    units = [""] * len(head)
     if body and (not body[0][0] or not body[0][0].strip().isdigit()):
-        body = body[1:]  # units line
-    return [dict(zip(head, r)) for r in body]
+        units, body = body[0], body[1:]
+    out = []
+    for r in body:
+        d = dict(zip(head, r))
+        for i, name in enumerate(head):
+            if name in NCU_METRICS and i < len(r):
+                d[name] = _num(r[i]) * unit_scale(units[i] if i < len(units) else "")
+        out.append(d)
+    return out
 
 
 def _num(s):
@@ -444,6 +469,15 @@ def cmd_ncu(args) -> int:
         with open(raw_path, "w") as f:
             f.write(imp.stdout)
         per = group_ncu(parse_ncu_raw(imp.stdout), len(cases))
+    rows = ncu_rows_from(per, cases, prov)
+    write_csv_atomic(args.out, rows, NCU_COLUMNS)
+    log(f"[validate] wrote {args.out} ({sum(r['status'] == 'ok' for r in rows)}/{len(rows)} ok) "
+        f"in {time.time() - t0:.0f} s")
+    return 0
+
+
+def ncu_rows_from(per, cases, prov):
+    rows = []
     for i, (algo, p, cfg) in enumerate(cases):
         row = {"case": i, "algo": algo, "dtype": p.dtype, "batch": p.batch, "heads": p.heads,
                "seqlen": p.seqlen_q, "head_dim": p.head_dim, "causal": int(p.causal), "block_m": cfg.block_m,
@@ -459,9 +493,21 @@ def cmd_ncu(args) -> int:
                        l2_read_bytes_all=f"{agg['lts__t_sectors_op_read.sum'] * 32:.0f}",
                        gpu_time_us=f"{agg['gpu__time_duration.sum'] / 1e3:.1f}", status="ok", error="")
         rows.append(row)
+    return rows
+
+
+def cmd_ncu_parse(args) -> int:
+    """Rebuild the ncu CSV from the raw export (CPU), keeping the provenance of the run."""
+    with open(args.raw) as f:
+        per = group_ncu(parse_ncu_raw(f.read()), len(ncu_cases()))
+    prov = {}
+    if os.path.exists(args.out):
+        with open(args.out, newline="") as f:
+            first = next(csv.DictReader(f), None)
+        prov = {k: (first or {}).get(k, "") for k in PROV}
+    rows = ncu_rows_from(per, ncu_cases(), prov)
     write_csv_atomic(args.out, rows, NCU_COLUMNS)
-    log(f"[validate] wrote {args.out} ({sum(r['status'] == 'ok' for r in rows)}/{len(rows)} ok) "
-        f"in {time.time() - t0:.0f} s")
+    log(f"[validate] rebuilt {args.out} from {args.raw}")
     return 0
 
 
@@ -990,6 +1036,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=DEFAULT_NCU)
     p.add_argument("--timeout-s", type=float, default=240)
     p.set_defaults(func=cmd_ncu)
+    p = sub.add_parser("ncu-parse", help="CPU: rebuild the ncu CSV from its raw export")
+    p.add_argument("--raw", default=os.path.join(RESULTS, "ncu_h100_raw.csv"))
+    p.add_argument("--out", default=DEFAULT_NCU)
+    p.set_defaults(func=cmd_ncu_parse)
     p = sub.add_parser("ncu-target", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_ncu_target)
     p = sub.add_parser("report", help="CPU: predictions vs measurements, figures, markdown")

@@ -1,0 +1,247 @@
+"""The explorer's top fa2 pick vs the best config of the measured sweep.
+
+For every shape of the measured sweep (by default
+experiments/results/validation_h100.csv: the h100-anchors shapes, 16k tokens
+at hidden 2048, N 512…16k, D 64/128, causal 0/1), gpusim predicts every fa2
+config of the measured grid (block_m ∈ {64,128} × block_n ∈ {32,64,128} ×
+warps ∈ {4,8} × stages ∈ {2,3,4}) and picks the fastest predicted. The pick's
+measured time is compared with the fastest measured config:
+
+    loss % = (measured ms of the predicted-best config / best measured ms − 1) × 100
+
+The issue's bar: within 5 %. If the predicted-best config has no measurement
+(it failed or was skipped on the GPU), the best-predicted config that was
+measured stands in, and the row says so. Also reported: the rank (in
+measured order) of the pick, and the Spearman rank correlation of predicted
+and measured times over the configs of the shape.
+
+    PYTHONPATH=. python experiments/top_pick.py [--measured CSV] [--out DIR] [--gpu h100]
+
+Writes <out>/top_pick_h100.md and top_pick_h100.csv. Needs the simulator
+(simpy): run it on a CPU machine, not on the GPU machine.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from algorithms.errors import GpusimError, ResultsFileError  # noqa: E402
+
+RESULTS = ROOT / "experiments" / "results"
+MEASURED = RESULTS / "validation_h100.csv"
+GRID = {"block_m": (64, 128), "block_n": (32, 64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4)}
+REQUIRED = ("algo", "head_dim", "seqlen", "causal", "block_m", "block_n", "num_warps",
+            "num_stages", "median_ms")
+TOKENS, HIDDEN = 16384, 2048
+BAR_PCT = 5.0
+FIELDS = ("seqlen", "head_dim", "causal", "batch", "heads", "dtype", "n_measured", "n_predicted",
+          "pick", "pick_predicted_us", "pick_measured_ms", "pick_was_measured", "best", "best_ms",
+          "loss_pct", "within_bar", "pick_measured_rank", "best_predicted_rank", "spearman",
+          "pick_bottleneck")
+
+
+def _truthy(v: str) -> bool:
+    return str(v).strip().lower() in ("1", "true", "yes", "y")
+
+
+def _int(row, key, line):
+    try:
+        return int(float(row[key]))
+    except (TypeError, ValueError):
+        raise ResultsFileError(f"line {line}: {key}={row.get(key)!r} is not an integer") from None
+
+
+def read_measured(path) -> dict:
+    """{shape: {(block_m, block_n, warps, stages): median ms}} of the fa2 rows
+    with a finite time; shape = (seqlen, head_dim, causal, batch, heads, dtype).
+    Repeated configs take the median of their times."""
+    path = Path(path)
+    if not path.is_file():
+        raise ResultsFileError(f"{path} does not exist (the measured sweep of the validation issue)")
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        cols = reader.fieldnames or []
+        missing = [c for c in REQUIRED if c not in cols]
+        if missing:
+            raise ResultsFileError(f"{path}: missing columns {', '.join(missing)}")
+        times: dict = {}
+        for line, row in enumerate(reader, start=2):
+            if row["algo"].strip() != "fa2":
+                continue
+            if "status" in row and row["status"] and row["status"].strip().lower() not in ("ok", ""):
+                continue
+            try:
+                ms = float(row["median_ms"])
+            except (TypeError, ValueError):
+                continue
+            if not (math.isfinite(ms) and ms > 0):
+                continue
+            n, d = _int(row, "seqlen", line), _int(row, "head_dim", line)
+            batch = _int(row, "batch", line) if row.get("batch") else TOKENS // n
+            heads = _int(row, "heads", line) if row.get("heads") else HIDDEN // d
+            dtype = (row.get("dtype") or "bf16").strip()
+            dtype = {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
+            shape = (n, d, _truthy(row["causal"]), batch, heads, dtype)
+            cfg = tuple(_int(row, k, line) for k in ("block_m", "block_n", "num_warps", "num_stages"))
+            times.setdefault(shape, {}).setdefault(cfg, []).append(ms)
+    if not times:
+        raise ResultsFileError(f"{path}: no fa2 rows with a finite median_ms")
+    return {s: {c: statistics.median(v) for c, v in cfgs.items()} for s, cfgs in times.items()}
+
+
+def grid_configs():
+    return [(m, n, w, s) for m in GRID["block_m"] for n in GRID["block_n"]
+            for w in GRID["num_warps"] for s in GRID["num_stages"]]
+
+
+def _ranks(values):
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(xs, ys):
+    if len(xs) < 3:
+        return None
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    den = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+    return num / den if den else None
+
+
+def label(cfg) -> str:
+    return f"{cfg[0]}x{cfg[1]} w{cfg[2]} s{cfg[3]}"
+
+
+def analyse(measured: dict, gpu: str = "h100", jobs=None, executor="process", progress=True):
+    from algorithms.problem import AttentionProblem
+    from gpusim.explore import Task, engine_available, run_tasks, sweep_config
+
+    if not engine_available():
+        raise GpusimError("top_pick needs the simulator (gpusim.engine, simpy); run it on a CPU machine")
+    tasks, keys = [], []
+    for shape in sorted(measured):
+        n, d, causal, batch, heads, dtype = shape
+        problem = AttentionProblem(batch=batch, heads=heads, seqlen_q=n, head_dim=d, causal=causal,
+                                   dtype=dtype)
+        for cfg in grid_configs():
+            tasks.append(Task("fa2", problem, sweep_config("fa2", problem, gpu, *cfg), gpu, True))
+            keys.append((shape, cfg))
+    rows = run_tasks(tasks, executor=executor, jobs=jobs, progress=progress, desc="top pick")
+    predicted: dict = {}
+    for (shape, cfg), r in zip(keys, rows):
+        if r.get("feasible") and r.get("runtime_us") is not None:
+            predicted.setdefault(shape, {})[cfg] = (r["runtime_us"], r.get("bottleneck"))
+    out = []
+    for shape in sorted(measured):
+        n, d, causal, batch, heads, dtype = shape
+        meas, pred = measured[shape], predicted.get(shape, {})
+        row = {"seqlen": n, "head_dim": d, "causal": int(causal), "batch": batch, "heads": heads,
+               "dtype": dtype, "n_measured": len(meas), "n_predicted": len(pred)}
+        if not pred:
+            row["pick"] = "no feasible prediction"
+            out.append(row)
+            continue
+        by_pred = sorted(pred, key=lambda c: (pred[c][0], c))
+        best = min(meas, key=lambda c: (meas[c], c))
+        pick = by_pred[0]
+        measured_picks = [c for c in by_pred if c in meas]
+        if not measured_picks:
+            row.update(pick=label(pick), pick_predicted_us=pred[pick][0], best=label(best),
+                       best_ms=meas[best], pick_was_measured=False)
+            out.append(row)
+            continue
+        stand_in = measured_picks[0]
+        by_meas = sorted(meas, key=lambda c: (meas[c], c))
+        common = [c for c in meas if c in pred]
+        row.update(pick=label(stand_in) + ("" if stand_in == pick else f" (predicted best {label(pick)} not measured)"),
+                   pick_predicted_us=pred[stand_in][0], pick_measured_ms=meas[stand_in],
+                   pick_was_measured=stand_in == pick, best=label(best), best_ms=meas[best],
+                   loss_pct=(meas[stand_in] / meas[best] - 1) * 100,
+                   pick_measured_rank=by_meas.index(stand_in) + 1,
+                   best_predicted_rank=by_pred.index(best) + 1 if best in pred else None,
+                   spearman=spearman([pred[c][0] for c in common], [meas[c] for c in common]),
+                   pick_bottleneck=pred[stand_in][1])
+        row["within_bar"] = row["loss_pct"] <= BAR_PCT
+        out.append(row)
+    return out
+
+
+def markdown(rows, source: str, gpu: str) -> str:
+    from gpusim.artifacts import markdown_table
+
+    done = [r for r in rows if r.get("loss_pct") is not None]
+    body = []
+    for r in rows:
+        if r.get("loss_pct") is None:
+            body.append([r["seqlen"], r["head_dim"], r["causal"], r.get("pick", ""), "", "",
+                         r.get("best", ""), "", "", "", ""])
+            continue
+        body.append([r["seqlen"], r["head_dim"], r["causal"], r["pick"],
+                     f"{r['pick_predicted_us']:.0f}", f"{r['pick_measured_ms']:.3f}", r["best"],
+                     f"{r['best_ms']:.3f}", f"{r['loss_pct']:.1f}%",
+                     f"{r['pick_measured_rank']}/{r['n_measured']}",
+                     "" if r.get("spearman") is None else f"{r['spearman']:.2f}"])
+    header = ["N", "D", "causal", "predicted-best config", "predicted µs", "its measured ms",
+              "measured-best config", "best ms", "loss", "pick's measured rank", "Spearman"]
+    lines = [f"# Top fa2 pick of the explorer vs the measured sweep ({gpu})", "",
+             f"Measured: `{source}`. Predicted by gpusim over the grid block_m {GRID['block_m']} × "
+             f"block_n {GRID['block_n']} × warps {GRID['num_warps']} × stages {GRID['num_stages']}. "
+             f"Loss = measured time of the predicted-best config ÷ best measured − 1; the bar is "
+             f"{BAR_PCT:.0f}%. Spearman: rank correlation of predicted and measured times over the "
+             "shape's configs.", "",
+             "Command: `PYTHONPATH=. python experiments/top_pick.py`", ""]
+    if done:
+        within = sum(r["within_bar"] for r in done)
+        losses = [r["loss_pct"] for r in done]
+        lines += [f"**{within} of {len(done)} shapes within {BAR_PCT:.0f}%**; loss mean "
+                  f"{statistics.fmean(losses):.1f}%, median {statistics.median(losses):.1f}%, "
+                  f"max {max(losses):.1f}%.", ""]
+    lines.append(markdown_table(header, body))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    from gpusim.artifacts import atomic_write_text, write_csv
+
+    ap = argparse.ArgumentParser(description="explorer's top fa2 pick vs the measured sweep")
+    ap.add_argument("--measured", default=str(MEASURED))
+    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--gpu", default="h100")
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        measured = read_measured(a.measured)
+        rows = analyse(measured, a.gpu, a.jobs, progress=not a.no_progress)
+        name = Path(a.gpu).stem
+        md = markdown(rows, a.measured, name)
+        write_csv(Path(a.out) / f"top_pick_{name}.csv", rows, FIELDS)
+        atomic_write_text(Path(a.out) / f"top_pick_{name}.md", md)
+    except GpusimError as exc:
+        print(f"top_pick: error: {exc}", file=sys.stderr)
+        return 2
+    print(md)
+    print(f"wrote {Path(a.out) / f'top_pick_{name}.md'} and .csv")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

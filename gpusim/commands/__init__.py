@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 
 # Each module defines register(subparsers), adding its parser and a func.
-MODULES: list[str] = ["sweep", "compare", "memory", "roofline"]
+MODULES: list[str] = ["sweep", "compare", "memory", "roofline", "trace", "demo"]
 
 
 def register(subparsers) -> None:

@@ -373,13 +373,14 @@ class Engine:
         return env.now - start, totals
 
     def _background(self, sm: _SM, start: float, end: float, busy) -> None:
-        """Fast-forwarded work: on the SM's own units it slows the CTAs that
-        share the SM over [start, end]. On L2 and HBM it is counted as busy
-        time only: the skipped period was measured under the contention of
-        every SM, and most of the others are skipping too, so slowing the few
-        real requests again would count that contention twice."""
+        """Fast-forwarded work over [start, end] is counted as busy time of
+        the units it would have used (for busy fractions and the bottleneck),
+        not replayed as load: its period was measured under the contention of
+        the CTAs around it, and those are mostly fast-forwarding too. Slowing
+        the few real requests by it counts that contention twice, and on a
+        saturated unit feeds back into the samples the ghosts are timed by."""
         for server, slot in zip(sm.units, (TENSOR, SFU, ALU, SMEM, PORT)):
-            server.add_background(start, end, busy[slot])
+            server.busy += busy[slot]
         self.mem.l2.busy += busy[L2]
         self.mem.hbm.busy += busy[HBM]
 

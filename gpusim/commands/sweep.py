@@ -93,7 +93,8 @@ def cmd_sweep(a) -> int:
     return 0
 
 
-def print_summary(rows, top: int, simulate: bool, title: str, file=sys.stdout) -> None:
+def print_summary(rows, top: int, simulate: bool, title: str, file=None) -> None:
+    file = file or sys.stdout
     feasible = [r for r in rows if r.get("feasible")]
     print(f"{title}: {len(rows)} configs, {len(feasible)} feasible", file=file)
     reasons: dict[str, int] = {}

@@ -1,0 +1,131 @@
+"""Every experiment command from the CLI: exit 0 and its files in tmp_path;
+bad input ends in one line on stderr and exit 2. Small problems only."""
+import csv
+
+import pytest
+
+from gpusim.cli import main
+
+SMALL = ["--batch", "1", "--heads", "2", "--seqlen", "256", "--head-dim", "64"]
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _bad(capsys, argv, needle):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpusim: error:"), err
+    assert needle in err, err
+
+
+def test_sweep_writes_csv_png_and_lists_best_with_bottleneck(tmp_path, capsys):
+    argv = ["sweep", *SMALL, "--head-dim", "128", "--block-m", "64,128", "--block-n", "64,256",
+            "--warps", "4", "--stages", "1,4", "--jobs", "1", "--no-progress", "--top", "3",
+            "--out", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    stem = "sweep_h100_fa2_b1-h2-n256-d128-bf16"
+    rows = _rows(tmp_path / f"{stem}.csv")
+    assert len(rows) == 2 * 2 * 1 * 2
+    assert (tmp_path / f"{stem}.png").stat().st_size > 10_000
+    assert "bottleneck" in out and "8 configs" in out
+    bad = [r for r in rows if r["feasible"] == "0"]
+    # 128x256 with 4 stages: 2 B x 128 x (128 + 256 x 8) = 557056 B of SMEM > 232448
+    big = next(r for r in bad if (r["block_m"], r["block_n"], r["num_stages"]) == ("128", "256", "4"))
+    assert "shared memory" in big["reason"]
+    assert "Required: 557056" in big["reason"] and "Hardware limit: 232448" in big["reason"]
+    assert big["short_reason"] == "SMEM 544K>227K"
+    good = [r for r in rows if r["feasible"] == "1"]
+    assert good and all(float(r["runtime_us"]) > 0 and r["bottleneck"] for r in good)
+
+
+def test_sweep_no_sim_ranks_by_requested_bytes(tmp_path, capsys):
+    argv = ["sweep", *SMALL, "--block-m", "64", "--block-n", "32,64", "--warps", "4",
+            "--stages", "2", "--no-sim", "--jobs", "1", "--no-progress", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    assert "accounting only" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["sweep", "--block-m", "48", "--no-sim"], "block_m must be a power of two"),
+    (["sweep", "--block-m", "64,x", "--no-sim"], "--block-m: 'x' is not an integer"),
+    (["sweep", "--gpu", "b200", "--no-sim"], "unknown GPU 'b200'"),
+    (["sweep", "--scheduler", "tcp://127.0.0.1:1", "--no-sim"], "--scheduler needs --executor dask"),
+    (["sweep", "--jobs", "0", "--no-sim"], "--jobs must be at least 1"),
+    (["sweep", "--executor", "spark"], "invalid choice"),
+    (["sweep", "--algo", "fa3", "--gpu", "a100-40gb", "--block-m", "128", "--block-n", "64",
+      "--warps", "12", "--stages", "2", "--no-sim", "--jobs", "1", "--no-progress"], None),
+    (["compare", "--gpus", "h100,b200", "--no-sim"], "unknown GPU 'b200'"),
+    (["compare", "--algos", "fa9", "--no-sim"], "unknown value 'fa9'"),
+    (["compare", "--causal", "2", "--no-sim"], "--causal takes 0, 1"),
+    (["compare", "--seqlens", "1000", "--no-sim"], "must be a multiple of N"),
+    (["memory", "--model", "gpt5"], "unknown model 'gpt5'"),
+    (["memory", "--heads", "6", "--kv-heads", "4", "--layers", "2", "--head-dim", "64"],
+     "multiple of kv_heads"),
+    (["memory", "--seqlens", "512,abc"], "not an integer"),
+    (["roofline", "--gpus", "b200"], "unknown GPU 'b200'"),
+    (["roofline", "--head-dim", "100"], "head_dim must be one of"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, needle):
+    argv = [*argv, "--out", str(tmp_path)]
+    if needle is None:
+        # fa3 on an A100 is not bad input for a sweep: every row says why
+        assert main(argv) == 0
+        rows = _rows(next(tmp_path.glob("sweep_*.csv")))
+        assert rows and all("wgmma" in r["reason"] for r in rows)
+        return
+    _bad(capsys, argv, needle)
+
+
+def test_compare_writes_table_figures_and_fa3_on_a100_is_not_applicable(tmp_path, capsys):
+    argv = ["compare", "--gpus", "a100-80gb,h100", "--seqlens", "256,512", "--head-dims", "64",
+            "--tokens", "512", "--hidden", "128", "--jobs", "2", "--no-progress",
+            "--out", str(tmp_path)]
+    assert main(argv) == 0
+    for name in ("speedups.csv", "speedups.md", "compare_tflops.png", "compare_hbm.png"):
+        assert (tmp_path / name).stat().st_size > 200, name
+    rows = _rows(tmp_path / "speedups.csv")
+    assert len(rows) == 2 * 4 * 2 * 2
+    fa3_a100 = [r for r in rows if r["algo"] == "fa3" and r["gpu"] == "a100-80gb"]
+    assert fa3_a100 and all(r["applicable"] == "0" and "wgmma" in r["reason"] for r in fa3_a100)
+    fa2 = [r for r in rows if r["algo"] == "fa2"]
+    assert all(float(r["speedup_vs_standard"]) > 0 and float(r["tflops"]) > 0 for r in fa2)
+    std = [r for r in rows if r["algo"] == "standard"]
+    # standard's workspace is S and P: 2 x B x H x N^2 x 2 bytes
+    for r in std:
+        b, h, n = int(r["batch"]), int(r["heads"]), int(r["seqlen_q"])
+        assert int(r["workspace_bytes"]) == 2 * b * h * n * n * 2
+    md = (tmp_path / "speedups.md").read_text()
+    assert "## a100-80gb" in md and "## h100" in md and "needs Hopper's wgmma and TMA" in md
+    assert "fa2 speedup" in md
+
+
+def test_memory_cli_prints_llama2_70b_and_writes_files(tmp_path, capsys):
+    assert main(["memory", "--model", "llama2-70b", "--seqlens", "512,1024,2048",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "KV cache per token per layer: 4 KiB (4096 B); with MHA: 32 KiB (32768 B)" in out
+    rows = _rows(tmp_path / "memory_llama-2-70b.csv")
+    assert [int(r["seqlen"]) for r in rows] == [512, 1024, 2048]
+    assert (tmp_path / "memory_llama-2-70b.png").stat().st_size > 10_000
+    assert main(["memory", "--layers", "2", "--heads", "4", "--head-dim", "64", "--name", "tiny",
+                 "--seqlens", "128", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "memory_tiny.csv").exists()
+
+
+def test_roofline_cli(tmp_path, capsys):
+    argv = ["roofline", *SMALL, "--gpus", "a100-80gb,h100", "--jobs", "1", "--no-progress",
+            "--out", str(tmp_path)]
+    assert main(argv) == 0
+    rows = _rows(tmp_path / "roofline_b1-h2-n256-d64-bf16.csv")
+    assert len(rows) == 8
+    ok = [r for r in rows if r["applicable"] == "1"]
+    assert ok and all(r["bytes_source"] == "engine HBM" for r in ok)
+    assert all(float(r["achieved_tflops"]) > 0 for r in ok)
+    assert (tmp_path / "roofline_b1-h2-n256-d64-bf16.png").stat().st_size > 10_000
+    assert main([*argv, "--no-sim"]) == 0
+    rows = _rows(tmp_path / "roofline_b1-h2-n256-d64-bf16.csv")
+    assert all(r["bytes_source"] == "compulsory" for r in rows if r["applicable"] == "1")

@@ -1,0 +1,90 @@
+"""experiments/top_pick.py on a synthetic measured sweep; autotune_prune's
+report on synthetic results."""
+import csv
+
+from algorithms.problem import AttentionProblem
+from experiments import top_pick
+from gpusim import predict
+from gpusim.explore import sweep_config
+
+SHAPES = [(256, 64, False), (256, 64, True)]
+
+
+def _predicted(n, d, causal):
+    p = AttentionProblem(batch=1, heads=2, seqlen_q=n, head_dim=d, causal=causal)
+    out = {}
+    for c in top_pick.grid_configs():
+        out[c] = predict(p, sweep_config("fa2", p, "h100", *c), "h100").runtime_us
+    return out
+
+
+def _write(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _rows(times_by_shape, drop=()):
+    rows = []
+    for (n, d, causal), times in times_by_shape.items():
+        for (m, bn, w, s), t in times.items():
+            if (n, d, causal, (m, bn, w, s)) in drop:
+                continue
+            rows.append({"algo": "fa2", "head_dim": d, "seqlen": n, "causal": int(causal),
+                         "batch": 1, "heads": 2, "dtype": "bf16", "block_m": m, "block_n": bn,
+                         "num_warps": w, "num_stages": s, "median_ms": t, "status": "ok"})
+    rows.append({**rows[0], "algo": "fa3", "median_ms": 1e-6})  # other algorithms are ignored
+    rows.append({**rows[0], "median_ms": "", "status": "failed"})  # failed rows are ignored
+    return rows
+
+
+def test_perfect_predictions_lose_nothing(tmp_path, capsys):
+    times = {s: {c: t / 1000 for c, t in _predicted(*s).items()} for s in SHAPES}
+    _write(tmp_path / "m.csv", _rows(times))
+    assert top_pick.main(["--measured", str(tmp_path / "m.csv"), "--out", str(tmp_path),
+                          "--jobs", "1", "--no-progress"]) == 0
+    md = (tmp_path / "top_pick_h100.md").read_text()
+    assert "**2 of 2 shapes within 5%**" in md
+    with open(tmp_path / "top_pick_h100.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2
+    for r in rows:
+        assert float(r["loss_pct"]) == 0 and r["pick"] == r["best"]
+        assert float(r["spearman"]) > 0.999 and r["pick_measured_rank"] == "1"
+
+
+def test_unmeasured_pick_is_replaced_and_loss_is_reported(tmp_path):
+    pred = {s: _predicted(*s) for s in SHAPES}
+    # measured: the reverse of the predicted order, and the predicted best not measured
+    times = {s: {c: 1.0 / t for c, t in p.items()} for s, p in pred.items()}
+    best = {s: min(p, key=p.get) for s, p in pred.items()}
+    drop = {(*s, best[s]) for s in SHAPES[:1]}
+    _write(tmp_path / "m.csv", _rows(times, drop))
+    measured = top_pick.read_measured(tmp_path / "m.csv")
+    rows = top_pick.analyse(measured, jobs=1, executor="serial", progress=False)
+    first = rows[0]
+    assert first["pick_was_measured"] is False and "not measured" in first["pick"]
+    assert first["loss_pct"] > 5 and first["within_bar"] is False
+    assert rows[1]["pick_was_measured"] is True
+
+
+def test_missing_columns_or_file_exit_2(tmp_path, capsys):
+    _write(tmp_path / "bad.csv", [{"algo": "fa2", "seqlen": 256}])
+    assert top_pick.main(["--measured", str(tmp_path / "bad.csv"), "--out", str(tmp_path)]) == 2
+    assert "missing columns head_dim" in capsys.readouterr().err
+    assert top_pick.main(["--measured", str(tmp_path / "none.csv"), "--out", str(tmp_path)]) == 2
+
+
+def test_autotune_prune_report_from_synthetic_results():
+    from experiments.autotune_prune import grid_tile_configs, markdown
+
+    prov = {"gpu": "H100", "sm_clock_mhz": "1980", "driver": "580", "torch": "2.11", "triton": "3.6.0",
+            "git_commit": "abc", "date": "today", "command": "x"}
+    common = {"seqlen": 4096, "head_dim": 128, "causal": 0, "status": "ok", "block_n": 64,
+              "num_warps": 8, "num_stages": 3}
+    rows = [{**common, "mode": "full", "autotune_s": 60.0, "median_ms": 1.0, "block_m": 128},
+            {**common, "mode": "pruned", "autotune_s": 6.0, "median_ms": 1.02, "block_m": 64}]
+    md = markdown(rows, prov)
+    assert "| 4096 | 128 | 0 | 60.0 | 6.0 | 10.0× | 128x64 w8 s3 | 1.000 | 64x64 w8 s3 | 1.020 | +2.0% |" in md
+    assert len(grid_tile_configs()) == 36

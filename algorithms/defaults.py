@@ -50,7 +50,10 @@ def default_config(algo: str, problem: AttentionProblem, hopper: bool = True) ->
                               num_stages=3 if hopper else 2)
         return TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
     if algo == "fa3":
-        block_n = 64 if d > 128 else 128
+        # 3 stages measured 4-14% faster than 2 at D=128 on the H100, and
+        # block_n 64 best at D=64 (kernels/NOTES.md, experiments/results/kernels_tune1.csv).
+        block_n = 128 if d == 128 else 64
+        stages = 2 if d > 128 else 3  # D=256: Q + 3 stages of 64-row K/V exceed 227 KB
         return TileConfig(block_m=128, block_n=block_n, num_warps=fa3_num_warps(2),
-                          num_stages=2, mma="wgmma", consumer_warpgroups=2)
+                          num_stages=stages, mma="wgmma", consumer_warpgroups=2)
     raise UnsupportedAlgorithm(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGORITHMS)}")

@@ -149,3 +149,15 @@ def test_loop_keys_and_cost_keys_tell_the_truth(algo, n, causal, block, stages):
             assert seen.setdefault(launch.cost_key(cta), sig) == sig
             for role in program.roles:
                 check_items(role.items)
+
+
+@pytest.mark.parametrize("mma, warps", [("mma.sync", 4), ("wgmma", 4), ("auto", 8)])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_no_prediction_beats_the_tensor_core_ceiling(mma, warps, head_dim):
+    """Co-resident CTAs share their SM's tensor cores, fast-forwarded or not."""
+    p = AttentionProblem(batch=4, heads=16, seqlen_q=4096, head_dim=head_dim)
+    cfg = TileConfig(block_m=128, block_n=64, num_warps=warps, num_stages=2, mma=mma)
+    pred = predict(p, cfg, H100, algo="fa2")
+    kind = H100.resolve_mma(mma, warps)
+    ceiling = H100.matmul_flops_per_s_per_sm(kind, "bf16") * H100.gpu.sm_count
+    assert pred.flops_matmul / (pred.runtime_us * 1e-6) <= ceiling * 1.0001

@@ -309,7 +309,7 @@ class Engine:
             role.c[slot] += work[slot]
         if in_place:
             now = self.env.now
-            self._background(cta.sm, now, now + count * period, work)
+            self._background(cta.sm, now, now + count * period, work, share_sm=True)
             return count * period
         role.ext += count * period
         for slot in range(N_COUNTERS):
@@ -372,15 +372,22 @@ class Engine:
             self.tracer.slice(sm.index, "ctas", f"{launch.name} #{index}", start, env.now)
         return env.now - start, totals
 
-    def _background(self, sm: _SM, start: float, end: float, busy) -> None:
-        """Fast-forwarded work over [start, end] is counted as busy time of
-        the units it would have used (for busy fractions and the bottleneck),
-        not replayed as load: its period was measured under the contention of
-        the CTAs around it, and those are mostly fast-forwarding too. Slowing
-        the few real requests by it counts that contention twice, and on a
-        saturated unit feeds back into the samples the ghosts are timed by."""
+    def _background(self, sm: _SM, start: float, end: float, busy, share_sm: bool = False) -> None:
+        """Fast-forwarded work over [start, end] counts as busy time of the
+        units it would have used (busy fractions, bottleneck). With share_sm
+        (a CTA waiting out skipped iterations beside real CTAs on its SM) it
+        also loads the SM's own units, so the neighbours cannot use the time
+        the skipped work would have taken. It never loads L2 and HBM: the
+        skipped period was measured under every SM's contention and most
+        other SMs are fast-forwarding too, so slowing the few real requests
+        would count that contention twice. Ghost CTAs load nothing: their
+        neighbours are ghosts too, and loading real samples with them feeds
+        back into the durations the ghosts are timed by."""
         for server, slot in zip(sm.units, (TENSOR, SFU, ALU, SMEM, PORT)):
-            server.busy += busy[slot]
+            if share_sm:
+                server.add_background(start, end, busy[slot])
+            else:
+                server.busy += busy[slot]
         self.mem.l2.busy += busy[L2]
         self.mem.hbm.busy += busy[HBM]
 

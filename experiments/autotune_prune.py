@@ -89,7 +89,11 @@ def cmd_precompute(a) -> int:
     problems = [shape(n, d, bool(c)) for n in _ints(a.seqlens) for d in _ints(a.head_dims)
                 for c in _ints(a.causal)]
     data = write_predictions(a.predictions, problems, grid_tile_configs(), gpu=a.gpu, algo="fa2",
-                             jobs=a.jobs, progress=not a.no_progress, simulate=not a.no_sim)
+                             jobs=a.jobs, progress=not a.no_progress, simulate=not a.no_sim,
+                             meta={"git_commit": _git_commit(), "command": "PYTHONPATH=. python "
+                                   "experiments/autotune_prune.py " + " ".join(sys.argv[1:]),
+                                   "date": _dt.datetime.now(_dt.timezone.utc).isoformat(
+                                       timespec="seconds")})
     n_ok = sum(e["runtime_us"] is not None for e in data["entries"])
     print(f"wrote {a.predictions}: {len(data['entries'])} predictions ({n_ok} feasible)"
           + ("" if data["simulated"] else " -- accounting only, NO runtimes: pruning needs --sim"))

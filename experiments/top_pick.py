@@ -39,7 +39,8 @@ RESULTS = ROOT / "experiments" / "results"
 MEASURED = RESULTS / "validation_h100.csv"
 GRID = {"block_m": (64, 128), "block_n": (32, 64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4)}
 REQUIRED = ("algo", "head_dim", "seqlen", "causal", "block_m", "block_n", "num_warps",
-            "num_stages", "median_ms")
+            "num_stages")
+TIME_COLUMNS = ("median_ms", "ms")  # the first present holds the median time in ms
 TOKENS, HIDDEN = 16384, 2048
 BAR_PCT = 5.0
 FIELDS = ("seqlen", "head_dim", "causal", "batch", "heads", "dtype", "n_measured", "n_predicted",
@@ -61,7 +62,7 @@ def _int(row, key, line):
 
 def read_measured(path) -> dict:
     """{shape: {(block_m, block_n, warps, stages): median ms}} of the fa2 rows
-    with a finite time; shape = (seqlen, head_dim, causal, batch, heads, dtype).
+    with a finite time (column median_ms, else ms: do_bench medians); shape = (seqlen, head_dim, causal, batch, heads, dtype).
     Repeated configs take the median of their times."""
     path = Path(path)
     if not path.is_file():
@@ -70,6 +71,9 @@ def read_measured(path) -> dict:
         reader = csv.DictReader(f)
         cols = reader.fieldnames or []
         missing = [c for c in REQUIRED if c not in cols]
+        time_col = next((c for c in TIME_COLUMNS if c in cols), None)
+        if time_col is None:
+            missing.append(" or ".join(TIME_COLUMNS))
         if missing:
             raise ResultsFileError(f"{path}: missing columns {', '.join(missing)}")
         times: dict = {}
@@ -79,7 +83,7 @@ def read_measured(path) -> dict:
             if "status" in row and row["status"] and row["status"].strip().lower() not in ("ok", ""):
                 continue
             try:
-                ms = float(row["median_ms"])
+                ms = float(row[time_col])
             except (TypeError, ValueError):
                 continue
             if not (math.isfinite(ms) and ms > 0):
@@ -130,17 +134,24 @@ def label(cfg) -> str:
     return f"{cfg[0]}x{cfg[1]} w{cfg[2]} s{cfg[3]}"
 
 
-def analyse(measured: dict, gpu: str = "h100", jobs=None, executor="process", progress=True):
+def _problem(shape):
     from algorithms.problem import AttentionProblem
+
+    n, d, causal, batch, heads, dtype = shape
+    return AttentionProblem(batch=batch, heads=heads, seqlen_q=n, head_dim=d, causal=causal,
+                            dtype=dtype)
+
+
+def predict_grid(measured: dict, gpu: str = "h100", jobs=None, executor="process",
+                 progress=True) -> dict:
+    """{shape: {config: (predicted µs, bottleneck)}} from the simulator."""
     from gpusim.explore import Task, engine_available, run_tasks, sweep_config
 
     if not engine_available():
         raise GpusimError("top_pick needs the simulator (gpusim.engine, simpy); run it on a CPU machine")
     tasks, keys = [], []
     for shape in sorted(measured):
-        n, d, causal, batch, heads, dtype = shape
-        problem = AttentionProblem(batch=batch, heads=heads, seqlen_q=n, head_dim=d, causal=causal,
-                                   dtype=dtype)
+        problem = _problem(shape)
         for cfg in grid_configs():
             tasks.append(Task("fa2", problem, sweep_config("fa2", problem, gpu, *cfg), gpu, True))
             keys.append((shape, cfg))
@@ -149,6 +160,36 @@ def analyse(measured: dict, gpu: str = "h100", jobs=None, executor="process", pr
     for (shape, cfg), r in zip(keys, rows):
         if r.get("feasible") and r.get("runtime_us") is not None:
             predicted.setdefault(shape, {})[cfg] = (r["runtime_us"], r.get("bottleneck"))
+    return predicted
+
+
+def predictions_from_json(measured: dict, path) -> dict:
+    """The same from a JSON of experiments/autotune_prune.py precompute (no
+    simulator needed); shapes or configs it lacks are left out."""
+    import json
+
+    from gpusim.triton_prune import problem_key
+
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        table = {(e["problem_key"], e["config_key"]): e for e in data["entries"]}
+    except (OSError, ValueError, KeyError) as exc:
+        raise ResultsFileError(f"cannot read predictions {path}: {exc}") from None
+    predicted: dict = {}
+    for shape in sorted(measured):
+        pk = problem_key(_problem(shape))
+        for cfg in grid_configs():
+            e = table.get((pk, f"m{cfg[0]}-n{cfg[1]}-w{cfg[2]}-s{cfg[3]}"))
+            if e and e.get("runtime_us") is not None:
+                predicted.setdefault(shape, {})[cfg] = (e["runtime_us"], e.get("bottleneck"))
+    return predicted
+
+
+def analyse(measured: dict, gpu: str = "h100", jobs=None, executor="process", progress=True,
+            predicted: dict | None = None):
+    if predicted is None:
+        predicted = predict_grid(measured, gpu, jobs, executor, progress)
     out = []
     for shape in sorted(measured):
         n, d, causal, batch, heads, dtype = shape
@@ -184,7 +225,7 @@ def analyse(measured: dict, gpu: str = "h100", jobs=None, executor="process", pr
     return out
 
 
-def markdown(rows, source: str, gpu: str) -> str:
+def markdown(rows, source: str, gpu: str, predictions: str | None = None) -> str:
     from gpusim.artifacts import markdown_table
 
     done = [r for r in rows if r.get("loss_pct") is not None]
@@ -207,7 +248,10 @@ def markdown(rows, source: str, gpu: str) -> str:
              f"Loss = measured time of the predicted-best config ÷ best measured − 1; the bar is "
              f"{BAR_PCT:.0f}%. Spearman: rank correlation of predicted and measured times over the "
              "shape's configs.", "",
-             "Command: `PYTHONPATH=. python experiments/top_pick.py`", ""]
+             "Command: `PYTHONPATH=. python experiments/top_pick.py"
+             + (f" --predictions {predictions}" if predictions else "") + "`"
+             + (f" (predictions read from {predictions})" if predictions else
+                " (predictions made by the simulator at run time)"), ""]
     if done:
         within = sum(r["within_bar"] for r in done)
         losses = [r["loss_pct"] for r in done]
@@ -227,12 +271,15 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu", default="h100")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--predictions", default=None,
+                    help="JSON of `autotune_prune.py precompute` instead of running the simulator")
     a = ap.parse_args(argv)
     try:
         measured = read_measured(a.measured)
-        rows = analyse(measured, a.gpu, a.jobs, progress=not a.no_progress)
+        predicted = predictions_from_json(measured, a.predictions) if a.predictions else None
+        rows = analyse(measured, a.gpu, a.jobs, progress=not a.no_progress, predicted=predicted)
         name = Path(a.gpu).stem
-        md = markdown(rows, a.measured, name)
+        md = markdown(rows, a.measured, name, a.predictions)
         write_csv(Path(a.out) / f"top_pick_{name}.csv", rows, FIELDS)
         atomic_write_text(Path(a.out) / f"top_pick_{name}.md", md)
     except GpusimError as exc:

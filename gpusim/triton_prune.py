@@ -128,7 +128,7 @@ class PrecomputedPredictor(Predictor):
 
 def write_predictions(path, problems: Sequence[AttentionProblem], configs: Sequence[TileConfig],
                       gpu="h100", algo="fa2", executor="process", jobs=None, progress=True,
-                      simulate=True) -> dict:
+                      simulate=True, meta: dict | None = None) -> dict:
     """Predict every (problem, config) and write a JSON PrecomputedPredictor
     reads. configs are the sweep knobs; each is applied to the algorithm's
     default config for the GPU (gpusim.explore.sweep_config)."""
@@ -149,7 +149,8 @@ def write_predictions(path, problems: Sequence[AttentionProblem], configs: Seque
                                    "num_warps": c.num_warps, "num_stages": c.num_stages},
                         "runtime_us": r.get("runtime_us") if r.get("feasible") else None,
                         "bottleneck": r.get("bottleneck"), "reason": r.get("reason", "")})
-    data = {"gpu": str(gpu), "algo": algo, "simulated": simulate, "entries": entries}
+    data = {"gpu": str(gpu), "algo": algo, "simulated": simulate, **(meta or {}),
+            "entries": entries}
     write_json(path, data)
     return data
 

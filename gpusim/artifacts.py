@@ -30,6 +30,15 @@ def ensure_dir(path) -> Path:
     return path
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()  # read once: os.umask is process-wide and not thread-safe
+
+
 def atomic_write_bytes(path, data: bytes) -> Path:
     path = Path(path)
     ensure_dir(path.parent)
@@ -37,6 +46,7 @@ def atomic_write_bytes(path, data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual mode
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -698,11 +698,60 @@ def _predict_one(args):
 
 def predict_rows(rows, gpu, jobs=1):
     tasks = [(gpu, r["algo"], r["problem"], r["config"]) for r in rows]
+    t0, out = time.time(), []
     if jobs > 1 and len(tasks) > 20:
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(max_workers=jobs) as ex:
-            return list(ex.map(_predict_one, tasks, chunksize=8))
+            for i, res in enumerate(ex.map(_predict_one, tasks, chunksize=4)):
+                out.append(res)
+                if (i + 1) % 100 == 0:
+                    log(f"[report] {gpu}: {i + 1}/{len(tasks)} predicted [{time.time() - t0:.0f} s]")
+        return out
     return [_predict_one(t) for t in tasks]
+
+
+PRED_FIELDS = ("runtime_us", "hbm_read_bytes", "hbm_write_bytes", "l2_read_bytes", "bottleneck", "error")
+
+
+def _row_key(r):
+    p, c = r["problem"], r["config"]
+    return "|".join(str(x) for x in (r["algo"], p.dtype, p.batch, p.heads, p.seqlen_q, p.head_dim, int(p.causal),
+                                     c.block_m, c.block_n, c.num_warps, c.num_stages))
+
+
+def predictions_path(profile, kind="validation", outdir=RESULTS):
+    """Saved predictions live beside the report."""
+    return os.path.join(outdir, f"{kind}_predictions_{profile.replace('.', '_')}.csv")
+
+
+def save_predictions(path, rows, preds, profile):
+    commit = ""
+    try:
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+    except Exception:
+        pass
+    out = [{"key": _row_key(r), **{k: pr.get(k, "") if pr.get(k) is not None else "" for k in PRED_FIELDS},
+            "profile": profile, "git_commit": commit} for r, pr in zip(rows, preds)]
+    write_csv_atomic(path, out, ["key", *PRED_FIELDS, "profile", "git_commit"])
+
+
+def load_predictions(path, rows):
+    """Predictions saved by an earlier report for exactly these rows, else None."""
+    if not os.path.exists(path):
+        return None
+    with open(path, newline="") as f:
+        saved = {r["key"]: r for r in csv.DictReader(f)}
+    out = []
+    for r in rows:
+        s = saved.get(_row_key(r))
+        if s is None:
+            return None
+        d = {k: s.get(k, "") for k in PRED_FIELDS}
+        for k in ("runtime_us", "hbm_read_bytes", "hbm_write_bytes", "l2_read_bytes"):
+            d[k] = float(d[k]) if d[k] not in ("", None) else None
+        out.append(d)
+    return out
 
 
 def algo_label(row):
@@ -900,7 +949,11 @@ def cmd_report(args) -> int:
     summary = {}
     for prof in profiles:
         tp = time.time()
-        preds = predict_rows(rows, prof, args.jobs)
+        preds = load_predictions(predictions_path(prof, "validation", os.path.dirname(os.path.abspath(args.report))), rows) if args.reuse_predictions else None
+        if preds is None:
+            preds = predict_rows(rows, prof, args.jobs)
+            if args.subset == "all":
+                save_predictions(predictions_path(prof, "validation", os.path.dirname(os.path.abspath(args.report))), rows, preds, prof)
         m = compute_metrics(rows, preds)
         rs = ranking_summary(m["ranking"])
         summary[prof] = {"errors": m["errors"], "ranking": rs}
@@ -962,7 +1015,10 @@ def cmd_report(args) -> int:
                              f"{pr.get('bottleneck') or '–'} |")
             lines.append("")
         if ncu_rows:
-            npreds = predict_rows(ncu_rows, prof, 1)
+            npreds = load_predictions(predictions_path(prof, "ncu", os.path.dirname(os.path.abspath(args.report))), ncu_rows) if args.reuse_predictions else None
+            if npreds is None:
+                npreds = predict_rows(ncu_rows, prof, args.jobs)
+                save_predictions(predictions_path(prof, "ncu", os.path.dirname(os.path.abspath(args.report))), ncu_rows, npreds, prof)
             bm = byte_metrics(ncu_rows, npreds)
             summary[prof]["bytes"] = bm
             lines += ["Bytes, predicted vs ncu (`--clock-control none`, caches flushed before each kernel; "
@@ -1052,6 +1108,8 @@ def main(argv=None) -> int:
     p.add_argument("--subset", choices=("all", "guard"), default="all")
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--reuse-predictions", action="store_true",
+                   help="re-render from experiments/results/*_predictions_<profile>.csv if they cover every row")
     p.set_defaults(func=cmd_report)
     args = ap.parse_args(argv)
     try:

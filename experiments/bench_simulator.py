@@ -68,6 +68,8 @@ def main(argv=None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     machine = {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
+               # other work on the machine slows every figure: record it
+               "load_average_1min": round(os.getloadavg()[0], 2),
                "git_commit": commit, "date": time.strftime("%Y-%m-%d"),
                "command": "python experiments/bench_simulator.py"}
     rows = []

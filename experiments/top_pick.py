@@ -163,13 +163,36 @@ def predict_grid(measured: dict, gpu: str = "h100", jobs=None, executor="process
     return predicted
 
 
+def predictions_from_csv(measured: dict, path) -> dict:
+    """The same from experiments/validate.py's saved predictions
+    (validation_predictions_<profile>.csv: key = algo|dtype|batch|heads|N|D|
+    causal|block_m|block_n|warps|stages, runtime_us, bottleneck)."""
+    try:
+        with open(path, newline="") as f:
+            saved = {r["key"]: r for r in csv.DictReader(f)}
+    except (OSError, KeyError, csv.Error) as exc:
+        raise ResultsFileError(f"cannot read predictions {path}: {exc}") from None
+    predicted: dict = {}
+    for shape in sorted(measured):
+        n, d, causal, batch, heads, dtype = shape
+        for cfg in grid_configs():
+            key = "|".join(str(x) for x in ("fa2", dtype, batch, heads, n, d, int(causal), *cfg))
+            r = saved.get(key)
+            if r and r.get("runtime_us") not in (None, ""):
+                predicted.setdefault(shape, {})[cfg] = (float(r["runtime_us"]), r.get("bottleneck"))
+    return predicted
+
+
 def predictions_from_json(measured: dict, path) -> dict:
     """The same from a JSON of experiments/autotune_prune.py precompute (no
-    simulator needed); shapes or configs it lacks are left out."""
+    simulator needed), or from validate.py's predictions CSV; shapes or
+    configs the file lacks are left out."""
     import json
 
     from gpusim.triton_prune import problem_key
 
+    if str(path).endswith(".csv"):
+        return predictions_from_csv(measured, path)
     try:
         with open(path) as f:
             data = json.load(f)
@@ -272,10 +295,20 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--predictions", default=None,
-                    help="JSON of `autotune_prune.py precompute` instead of running the simulator")
+                    help="JSON of `autotune_prune.py precompute` or validate.py's "
+                         "validation_predictions_<gpu>.csv instead of running the simulator")
+    ap.add_argument("--seqlens", default=None, help="only these N (comma-separated)")
+    ap.add_argument("--head-dims", default=None, help="only these head dims")
+    ap.add_argument("--causal", default=None, help="only 0, 1 or 0,1")
     a = ap.parse_args(argv)
     try:
         measured = read_measured(a.measured)
+        for idx, text in ((0, a.seqlens), (1, a.head_dims), (2, a.causal)):
+            if text:
+                keep = {int(x) for x in text.split(",") if x.strip()}
+                measured = {s: v for s, v in measured.items() if int(s[idx]) in keep}
+        if not measured:
+            raise ResultsFileError("no measured shape left after --seqlens/--head-dims/--causal")
         predicted = predictions_from_json(measured, a.predictions) if a.predictions else None
         rows = analyse(measured, a.gpu, a.jobs, progress=not a.no_progress, predicted=predicted)
         name = Path(a.gpu).stem

@@ -88,3 +88,21 @@ def test_autotune_prune_report_from_synthetic_results():
     md = markdown(rows, prov)
     assert "| 4096 | 128 | 0 | 60.0 | 6.0 | 10.0× | 128x64 w8 s3 | 1.000 | 64x64 w8 s3 | 1.020 | +2.0% |" in md
     assert len(grid_tile_configs()) == 36
+
+
+def test_predictions_read_from_validate_csv(tmp_path):
+    """validate.py's saved predictions (key = algo|dtype|B|H|N|D|causal|bm|bn|w|s) stand in
+    for the simulator."""
+    times = {SHAPES[0]: {c: 1.0 + i for i, c in enumerate(top_pick.grid_configs())}}
+    _write(tmp_path / "m.csv", _rows(times))
+    preds = [{"key": "|".join(str(x) for x in ("fa2", "bf16", 1, 2, 256, 64, 0, *c)),
+              "runtime_us": 100.0 - i, "bottleneck": "tensor_cores"}
+             for i, c in enumerate(top_pick.grid_configs())]
+    _write(tmp_path / "validation_predictions_h100.csv", preds)
+    assert top_pick.main(["--measured", str(tmp_path / "m.csv"), "--out", str(tmp_path),
+                          "--predictions", str(tmp_path / "validation_predictions_h100.csv")]) == 0
+    with open(tmp_path / "top_pick_h100.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    # predicted order is the reverse of the measured one: the pick is the slowest measured
+    assert row["pick"] == top_pick.label(top_pick.grid_configs()[-1])
+    assert float(row["loss_pct"]) == (36.0 / 1.0 - 1) * 100 and row["within_bar"] == "0"

@@ -37,6 +37,7 @@ import argparse
 import datetime as _dt
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -116,10 +117,12 @@ def _git_commit() -> str:
     if os.environ.get("GPUSIM_GIT_COMMIT"):
         return os.environ["GPUSIM_GIT_COMMIT"]
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT,
-                              timeout=10).stdout.strip() or "unknown"
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT,
+                             timeout=10).stdout.strip()
     except Exception:
-        return "unknown"
+        return "unknown (set GPUSIM_GIT_COMMIT)"
+    # a checkout copy without .git prints "HEAD" or nothing: not a commit
+    return out if re.fullmatch(r"[0-9a-f]{40}", out) else "unknown (set GPUSIM_GIT_COMMIT)"
 
 
 def provenance(command: str) -> dict:

@@ -354,8 +354,10 @@ def plot_heatmaps(rows: Sequence[dict], title: str, metric: str = "runtime_us"):
                 for a in range(len(bms)):
                     for b in range(len(bns)):
                         if not np.isnan(grid[a, b]):
+                            # viridis_r: light (yellow) cells are the low values
+                            shade = float(image.norm(grid[a, b]))
                             ax.text(b, a, _compact(grid[a, b]), ha="center", va="center",
-                                    fontsize=5.5, color="white")
+                                    fontsize=5.5, color="black" if shade < 0.6 else "white")
             if best and best["num_stages"] == s and best["num_warps"] == w:
                 ax.plot(bns.index(best["block_n"]), bms.index(best["block_m"]), marker="*",
                         color="red", markersize=13, markeredgecolor="white")

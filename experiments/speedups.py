@@ -200,7 +200,8 @@ def plot(rows: list[dict], metric: str, ylabel: str, title: str, log: bool = Fal
                         r = index.get((gpu, a, d, causal, n))
                         v = r.get(metric) if r else None
                         if r is not None and not r["applicable"]:
-                            missing[a] = r.get("short_reason") or r["reason"]
+                            missing[a] = (r["reason"] if "wgmma" in r["reason"]
+                                          else r.get("short_reason") or r["reason"])
                         vals.append(np.nan if v is None else v)
                     if all(math.isnan(v) for v in vals):
                         continue

@@ -248,7 +248,7 @@ def analyse(measured: dict, gpu: str = "h100", jobs=None, executor="process", pr
     return out
 
 
-def markdown(rows, source: str, gpu: str, predictions: str | None = None) -> str:
+def markdown(rows, source: str, gpu: str, predictions: str | None = None, args: str = "") -> str:
     from gpusim.artifacts import markdown_table
 
     done = [r for r in rows if r.get("loss_pct") is not None]
@@ -272,7 +272,7 @@ def markdown(rows, source: str, gpu: str, predictions: str | None = None) -> str
              f"{BAR_PCT:.0f}%. Spearman: rank correlation of predicted and measured times over the "
              "shape's configs.", "",
              "Command: `PYTHONPATH=. python experiments/top_pick.py"
-             + (f" --predictions {predictions}" if predictions else "") + "`"
+             + (f" {args}" if args else "") + "`"
              + (f" (predictions read from {predictions})" if predictions else
                 " (predictions made by the simulator at run time)"), ""]
     if done:
@@ -312,7 +312,8 @@ def main(argv=None) -> int:
         predicted = predictions_from_json(measured, a.predictions) if a.predictions else None
         rows = analyse(measured, a.gpu, a.jobs, progress=not a.no_progress, predicted=predicted)
         name = Path(a.gpu).stem
-        md = markdown(rows, a.measured, name, a.predictions)
+        md = markdown(rows, a.measured, name, a.predictions,
+                      " ".join(argv if argv is not None else sys.argv[1:]))
         write_csv(Path(a.out) / f"top_pick_{name}.csv", rows, FIELDS)
         atomic_write_text(Path(a.out) / f"top_pick_{name}.md", md)
     except GpusimError as exc:

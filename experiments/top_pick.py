@@ -223,6 +223,14 @@ def analyse(measured: dict, gpu: str = "h100", jobs=None, executor="process", pr
             row["pick"] = "no feasible prediction"
             out.append(row)
             continue
+        unpredicted = [c for c in meas if c not in pred]
+        if unpredicted:
+            # A pick among a few predicted configs says nothing about the
+            # explorer: score a shape only when every measured config was predicted.
+            row["pick"] = (f"not scored: {len(unpredicted)} of {len(meas)} measured configs "
+                           "have no prediction")
+            out.append(row)
+            continue
         by_pred = sorted(pred, key=lambda c: (pred[c][0], c))
         best = min(meas, key=lambda c: (meas[c], c))
         pick = by_pred[0]

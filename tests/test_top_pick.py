@@ -106,3 +106,16 @@ def test_predictions_read_from_validate_csv(tmp_path):
     # predicted order is the reverse of the measured one: the pick is the slowest measured
     assert row["pick"] == top_pick.label(top_pick.grid_configs()[-1])
     assert float(row["loss_pct"]) == (36.0 / 1.0 - 1) * 100 and row["within_bar"] == "0"
+
+
+def test_a_shape_is_scored_only_when_every_measured_config_was_predicted():
+    from experiments import top_pick
+    shape = (1024, 64, False, 16, 32, "bf16")
+    configs = top_pick.grid_configs()[:3]
+    measured = {shape: {c: 1.0 + i for i, c in enumerate(configs)}}
+    partial = {shape: {configs[0]: (10.0, "tensor_cores")}}
+    row = top_pick.analyse(measured, predicted=partial, progress=False)[0]
+    assert row.get("loss_pct") is None and row["pick"].startswith("not scored: 2 of 3")
+    full = {shape: {c: (10.0 - i, "tensor_cores") for i, c in enumerate(configs)}}
+    row = top_pick.analyse(measured, predicted=full, progress=False)[0]
+    assert row["loss_pct"] == 200.0 and row["within_bar"] is False

@@ -23,7 +23,7 @@ from __future__ import annotations
 from .errors import InvalidConfig
 from .ops import Alu, Exp, Load, Mma, SmemIO, Store, SyncThreads, Tile
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
-from .schedule import CtaProgram, Launch, Loop, Role, Schedule, TensorSpec, head_layout
+from .schedule import attention_tensors, CtaProgram, Launch, Loop, Role, Schedule, TensorSpec, head_layout
 from .smem import check_fits_block, registers_per_thread
 from .fa2 import ALU_EPILOGUE_PER_OUT, ALU_PER_ACC, ALU_PER_MASKED_SCORE, ALU_PER_SCORE
 
@@ -140,17 +140,12 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     regs = registers_per_thread(cfg.threads, fp32_values=bm * d + bm * bn, packed16_values=bm * bn)
     launch = Launch("fa1_fwd", bh, cfg.threads, smem_bytes(p, cfg), regs, program,
                     **head_layout(1, bh))
-    kvi = p.batch * p.kv_heads
-    tensors = {
-        "Q": TensorSpec("Q", bh, p.seqlen_q, d * e, "input"),
-        "K": TensorSpec("K", kvi, p.seqlen_kv, d * e, "input"),
-        "V": TensorSpec("V", kvi, p.seqlen_kv, d * e, "input"),
-        "O": TensorSpec("O", bh, p.seqlen_q, d * e, "output"),
-        "LSE": TensorSpec("LSE", bh, p.seqlen_q, ACC_BYTES, "output"),
+    tensors = attention_tensors(p)
+    tensors.update({
         "O_acc": TensorSpec("O_acc", bh, p.seqlen_q, d * ACC_BYTES, "workspace"),
         "l": TensorSpec("l", bh, p.seqlen_q, ACC_BYTES, "workspace"),
         "m": TensorSpec("m", bh, p.seqlen_q, ACC_BYTES, "workspace"),
-    }
+    })
     return Schedule("fa1", p, cfg, (launch,), tensors)
 
 

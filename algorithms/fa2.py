@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .ops import Alu, Exp, Load, Mma, Store, Tile
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
-from .schedule import (CtaProgram, Launch, Role, Schedule, TensorSpec, head_layout,
+from .schedule import (attention_tensors, CtaProgram, Launch, Role, Schedule, head_layout,
                        pipelined_loop, plain_load)
 from .smem import check_fits_block, registers_per_thread, triton_fa_smem_bytes
 
@@ -107,13 +107,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                                 packed16_values=bm * bn)
     launch = Launch("fa2_fwd", n_qb * bh, cfg.threads, smem, regs, program,
                     **head_layout(n_qb, bh, cta_cost_key(p, cfg)))
-    tensors = {
-        "Q": TensorSpec("Q", bh, p.seqlen_q, d * e, "input"),
-        "K": TensorSpec("K", p.batch * p.kv_heads, p.seqlen_kv, d * e, "input"),
-        "V": TensorSpec("V", p.batch * p.kv_heads, p.seqlen_kv, d * e, "input"),
-        "O": TensorSpec("O", bh, p.seqlen_q, d * e, "output"),
-        "LSE": TensorSpec("LSE", bh, p.seqlen_q, ACC_BYTES, "output"),
-    }
+    tensors = attention_tensors(p)
     return Schedule("fa2", p, cfg, (launch,), tensors)
 
 

@@ -25,7 +25,7 @@ from .fa2 import (ALU_EPILOGUE_PER_OUT, ALU_PER_ACC, ALU_PER_MASKED_SCORE, ALU_P
 from .ops import (TMA, Alu, Arrive, Exp, Item, Load, Loop, Mma, MmaWait, Store, Tile,
                   Wait)
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
-from .schedule import CtaProgram, Launch, Role, Schedule, TensorSpec, head_layout
+from .schedule import attention_tensors, CtaProgram, Launch, Role, Schedule, head_layout
 from .smem import MBARRIER_BYTES, check_fits_block, registers_per_thread
 
 WGMMA_M = 64  # one warpgroup's wgmma covers 64 rows
@@ -150,12 +150,5 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     regs = -(-(PRODUCER_REGISTERS + cw * consumer_regs) // (1 + cw))  # per-thread average
     launch = Launch("fa3_fwd", n_qb * bh, cfg.threads, smem_bytes(p, cfg), regs, program,
                     **head_layout(n_qb, bh, cta_cost_key(p, cfg)))
-    kvi = p.batch * p.kv_heads
-    tensors = {
-        "Q": TensorSpec("Q", bh, p.seqlen_q, d * e, "input"),
-        "K": TensorSpec("K", kvi, p.seqlen_kv, d * e, "input"),
-        "V": TensorSpec("V", kvi, p.seqlen_kv, d * e, "input"),
-        "O": TensorSpec("O", bh, p.seqlen_q, d * out_e, "output"),
-        "LSE": TensorSpec("LSE", bh, p.seqlen_q, ACC_BYTES, "output"),
-    }
+    tensors = attention_tensors(p, out_e)
     return Schedule("fa3", p, cfg, (launch,), tensors)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from .ops import CP_ASYNC, LD, Item, Load, Loop, Op, Wait
-from .problem import AttentionProblem, TileConfig
+from .problem import ACC_BYTES, AttentionProblem, TileConfig
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,25 @@ class Schedule:
     config: TileConfig
     launches: tuple[Launch, ...]
     tensors: dict[str, TensorSpec]
+
+
+def attention_tensors(problem: AttentionProblem, out_elem_bytes: int | None = None,
+                      lse: bool = True) -> dict[str, TensorSpec]:
+    """Q, K, V (K/V with the kv heads), O in the output dtype and, for the
+    fused algorithms, the fp32 logsumexp per query row."""
+    p, d = problem, problem.head_dim
+    e = problem.elem_bytes
+    out_e = out_elem_bytes or e
+    bh, kvi = p.batch * p.heads, p.batch * p.kv_heads
+    tensors = {
+        "Q": TensorSpec("Q", bh, p.seqlen_q, d * e, "input"),
+        "K": TensorSpec("K", kvi, p.seqlen_kv, d * e, "input"),
+        "V": TensorSpec("V", kvi, p.seqlen_kv, d * e, "input"),
+        "O": TensorSpec("O", bh, p.seqlen_q, d * out_e, "output"),
+    }
+    if lse:
+        tensors["LSE"] = TensorSpec("LSE", bh, p.seqlen_q, ACC_BYTES, "output")
+    return tensors
 
 
 def pipelined_loop(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from .defaults import softmax_num_warps
 from .ops import Alu, Exp, Load, Mma, Store, Tile
 from .problem import AttentionProblem, TileConfig, cdiv
-from .schedule import (CtaProgram, Launch, Role, Schedule, TensorSpec, head_layout,
+from .schedule import (attention_tensors, CtaProgram, Launch, Role, Schedule, TensorSpec, head_layout,
                        pipelined_loop, plain_load)
 from .smem import check_fits_block, registers_per_thread
 
@@ -120,15 +120,10 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
         a_tile=lambda b, h, m, k: Tile("P", b, h, m, k),
         b_tile=lambda b, h, n, k: Tile("V", b, kvh(h), k, n),
         c_tile=lambda b, h, m, n: Tile("O", b, h, m, n))
-    bh, kvi = p.batch * p.heads, p.batch * p.kv_heads
-    tensors = {
-        "Q": TensorSpec("Q", bh, p.seqlen_q, d * e, "input"),
-        "K": TensorSpec("K", kvi, p.seqlen_kv, d * e, "input"),
-        "V": TensorSpec("V", kvi, p.seqlen_kv, d * e, "input"),
-        "S": TensorSpec("S", bh, p.seqlen_q, p.seqlen_kv * e, "intermediate"),
-        "P": TensorSpec("P", bh, p.seqlen_q, p.seqlen_kv * e, "intermediate"),
-        "O": TensorSpec("O", bh, p.seqlen_q, d * e, "output"),
-    }
+    bh = p.batch * p.heads
+    tensors = attention_tensors(p, lse=False)
+    tensors["S"] = TensorSpec("S", bh, p.seqlen_q, p.seqlen_kv * e, "intermediate")
+    tensors["P"] = TensorSpec("P", bh, p.seqlen_q, p.seqlen_kv * e, "intermediate")
     return Schedule("standard", p, cfg, (qk, _softmax_launch(p), pv), tensors)
 
 

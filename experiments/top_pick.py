@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from algorithms.errors import GpusimError, ResultsFileError  # noqa: E402
+from experiments.validate import spearman as validate_spearman  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
 MEASURED = RESULTS / "validation_h100.csv"
@@ -106,28 +107,12 @@ def grid_configs():
             for w in GRID["num_warps"] for s in GRID["num_stages"]]
 
 
-def _ranks(values):
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
 def spearman(xs, ys):
+    """experiments.validate's Spearman correlation; None below 3 configs or when undefined."""
     if len(xs) < 3:
         return None
-    rx, ry = _ranks(xs), _ranks(ys)
-    mx, my = statistics.fmean(rx), statistics.fmean(ry)
-    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    den = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
-    return num / den if den else None
+    rho = validate_spearman(xs, ys)
+    return None if math.isnan(rho) else rho
 
 
 def label(cfg) -> str:

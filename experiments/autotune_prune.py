@@ -37,7 +37,6 @@ import argparse
 import datetime as _dt
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make the repo importable
     sys.path.insert(0, str(ROOT))
+
+from kernels.provenance import git_commit, provenance  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
 PREDICTIONS = RESULTS / "autotune_prune_predictions_h100.json"
@@ -91,7 +92,7 @@ def cmd_precompute(a) -> int:
                 for c in _ints(a.causal)]
     data = write_predictions(a.predictions, problems, grid_tile_configs(), gpu=a.gpu, algo="fa2",
                              jobs=a.jobs, progress=not a.no_progress, simulate=not a.no_sim,
-                             meta={"git_commit": _git_commit(), "command": "PYTHONPATH=. python "
+                             meta={"git_commit": git_commit(), "command": "PYTHONPATH=. python "
                                    "experiments/autotune_prune.py " + " ".join(sys.argv[1:]),
                                    "date": _dt.datetime.now(_dt.timezone.utc).isoformat(
                                        timespec="seconds")})
@@ -103,38 +104,6 @@ def cmd_precompute(a) -> int:
 
 # ---------------------------------------------------------------------------
 # GPU side
-
-def _nvidia_smi(field: str) -> str:
-    try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
-        return out[0].strip() if out else ""
-    except Exception:
-        return ""
-
-
-def _git_commit() -> str:
-    if os.environ.get("GPUSIM_GIT_COMMIT"):
-        return os.environ["GPUSIM_GIT_COMMIT"]
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT,
-                             timeout=10).stdout.strip()
-    except Exception:
-        return "unknown (set GPUSIM_GIT_COMMIT)"
-    # a checkout copy without .git prints "HEAD" or nothing: not a commit
-    return out if re.fullmatch(r"[0-9a-f]{40}", out) else "unknown (set GPUSIM_GIT_COMMIT)"
-
-
-def provenance(command: str) -> dict:
-    import torch
-    import triton
-
-    return {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
-            "sm_clock_mhz": _nvidia_smi("clocks.sm"), "driver": _nvidia_smi("driver_version"),
-            "torch": torch.__version__, "triton": triton.__version__, "git_commit": _git_commit(),
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": command}
-
 
 def build_tuner(mode: str, top_k: int, predictions: str):
     """triton.autotune around kernels/fa2.py's jit kernel; `mode` pruned adds

@@ -35,7 +35,6 @@ import csv
 import datetime as _dt
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,8 @@ import traceback
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
+
+from kernels.provenance import write_csv_atomic  # noqa: E402
 
 DEFAULT_CSV = os.path.join(ROOT, "experiments", "results", "calibration_h100.csv")
 DEFAULT_PROFILE = os.path.join(ROOT, "hw_profiles", "h100.measured.toml")
@@ -903,7 +904,7 @@ def cmd_run(args) -> int:
         print(f"[calibrate] {name} done in {time.time() - t0:.1f} s", file=sys.stderr, flush=True)
     os.makedirs(args.out_dir, exist_ok=True)
     csv_path = os.path.join(args.out_dir, "calibration_h100.csv")
-    write_csv(csv_path, r.rows)
+    write_csv_atomic(csv_path, r.rows, COLUMNS)
     prof = os.path.join(args.out_dir, "h100.measured.toml")
     try:
         write_profile(r.rows, prof)
@@ -913,16 +914,6 @@ def cmd_run(args) -> int:
     print(f"[calibrate] wrote {csv_path} and {prof} in {time.time() - t_start:.0f} s", file=sys.stderr)
     print_summary(r.rows)
     return 0
-
-
-def write_csv(path, rows):
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: row.get(k, "") for k in COLUMNS})
-    os.replace(tmp, path)
 
 
 def read_csv(path):

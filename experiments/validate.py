@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime as _dt
 import json
 import math
 import os
@@ -42,6 +41,7 @@ if ROOT not in sys.path:
 
 from algorithms.errors import GpusimError, ResultsFileError  # noqa: E402
 from algorithms.problem import AttentionProblem, TileConfig  # noqa: E402
+from kernels.provenance import nvidia_smi, provenance, write_csv_atomic  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "experiments", "results")
 DEFAULT_OUT = os.path.join(RESULTS, "validation_h100.csv")
@@ -126,45 +126,6 @@ def suite_cases(quick=False):
     return first + sweep
 
 
-def _provenance(command):
-    prov = {"gpu": "", "sm_clock_mhz": "", "driver": "", "torch": "", "triton": "", "git_commit": "",
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "command": command}
-    try:
-        import torch
-        import triton
-        prov["torch"], prov["triton"] = torch.__version__, triton.__version__
-        if torch.cuda.is_available():
-            prov["gpu"] = torch.cuda.get_device_name(0)
-    except Exception:
-        pass
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,driver_version", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
-        if out:
-            clk, drv = [x.strip() for x in out[0].split(",")]
-            prov["sm_clock_mhz"], prov["driver"] = clk, drv
-    except Exception:
-        pass
-    commit = os.environ.get("GPUSIM_GIT_COMMIT", "")
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                    timeout=10).stdout.strip()
-        except Exception:
-            commit = ""
-    prov["git_commit"] = commit or "unknown"
-    return prov
-
-
-def _sm_clock():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10).stdout.strip()
-        return out.splitlines()[0].strip()
-    except Exception:
-        return ""
-
-
 def _row(algo, p, cfg, is_default, prov):
     r = {"algo": algo, "dtype": p.dtype, "batch": p.batch, "heads": p.heads, "kv_heads": p.kv_heads,
          "seqlen": p.seqlen_q, "head_dim": p.head_dim, "causal": int(p.causal), "block_m": cfg.block_m,
@@ -175,17 +136,6 @@ def _row(algo, p, cfg, is_default, prov):
          "rel_err": "", "status": "", "error": ""}
     r.update(prov)
     return r
-
-
-def write_csv_atomic(path, rows, columns):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=columns)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: r.get(k, "") for k in columns})
-    os.replace(tmp, path)
 
 
 def _compile_worker(tasks):
@@ -252,7 +202,7 @@ def cmd_measure(args) -> int:
     t0 = time.time()
     deadline = t0 + args.budget_s if args.budget_s else None
     command = "PYTHONPATH=. python3 experiments/validate.py " + " ".join(sys.argv[1:])
-    prov = _provenance(command)
+    prov = provenance(command)
     cases = suite_cases(args.quick)
     if args.algos:
         keep = set(args.algos.split(","))
@@ -326,7 +276,7 @@ def cmd_measure(args) -> int:
         if time.time() - last_write > 15:
             write_csv_atomic(args.out, rows, COLUMNS)
             last_write = time.time()
-    clock_end = _sm_clock()
+    clock_end = nvidia_smi("clocks.sm")
     for r in rows:
         r["sm_clock_mhz"] = f"{r['sm_clock_mhz']}->{clock_end}" if clock_end else r["sm_clock_mhz"]
     write_csv_atomic(args.out, rows, COLUMNS)
@@ -451,7 +401,7 @@ def cmd_ncu(args) -> int:
 
     t0 = time.time()
     command = "PYTHONPATH=. python3 experiments/validate.py " + " ".join(sys.argv[1:])
-    prov = _provenance(command)
+    prov = provenance(command)
     cases = ncu_cases()
     rows = []
     ncu = shutil.which("ncu") or "ncu"

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime as _dt
 import os
-import subprocess
 import sys
 import time
+
+from kernels.provenance import provenance, write_csv_atomic
 
 COLUMNS = ["kernel", "config", "batch", "heads", "seqlen", "head_dim", "causal", "dtype",
            "ms", "tflops", "status", "gpu", "sm_clock_mhz", "driver", "torch", "triton",
@@ -34,26 +34,6 @@ SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
-
-
-def _nvidia_smi(field):
-    try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
-        return out[0].strip() if out else ""
-    except Exception:
-        return ""
-
-
-def _git_commit():
-    env = os.environ.get("GPUSIM_GIT_COMMIT")
-    if env:
-        return env
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-    except Exception:
-        return ""
 
 
 def parse_kernel(spec):
@@ -152,11 +132,7 @@ def main(argv=None):
     dims = [128] if a.quick else [int(x) for x in a.head_dims.split(",")]
     causals = [bool(int(x)) for x in a.causal.split(",")]
     kernels = [parse_kernel(s) for s in a.kernels.split(",") if s]
-    prov = {"gpu": torch.cuda.get_device_name(), "sm_clock_mhz": _nvidia_smi("clocks.sm"),
-            "driver": _nvidia_smi("driver_version"), "torch": torch.__version__,
-            "triton": triton.__version__, "git_commit": _git_commit(),
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": "python -m kernels.bench " + " ".join(argv if argv is not None else sys.argv[1:])}
+    prov = provenance("python -m kernels.bench " + " ".join(argv if argv is not None else sys.argv[1:]))
     rows = []
     gen = torch.Generator(device="cuda").manual_seed(1234)
     t0 = time.time()
@@ -192,13 +168,7 @@ def main(argv=None):
             torch.cuda.empty_cache()
     if a.standard_parts:
         standard_parts(a.standard_parts, prov)
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    tmp = a.out + ".tmp"
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, a.out)
+    write_csv_atomic(a.out, rows, COLUMNS)
     log(f"wrote {a.out}")
     plot(a.out, png)
 

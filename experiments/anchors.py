@@ -12,8 +12,6 @@ the schedule that does what it does; nothing is tuned to them:
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import sys
 from pathlib import Path
 
@@ -22,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from algorithms.problem import AttentionProblem, TileConfig  # noqa: E402
 from gpusim import predict  # noqa: E402
-from gpusim.engine.trace import atomic_write_text  # noqa: E402
+from gpusim.artifacts import atomic_write_text, write_csv  # noqa: E402
 
 # Measured TFLOP/s from shared/reference/h100-anchors.md (2026-11-21, lent H100).
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -87,11 +85,7 @@ def main(argv=None) -> int:
     gpus = a.gpus.split(",")
     table = list(rows(gpus))
     atomic_write_text(a.out, markdown(table, gpus))
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(table[0]))
-    writer.writeheader()
-    writer.writerows(table)
-    atomic_write_text(str(Path(a.out).with_suffix(".csv")), buf.getvalue())
+    write_csv(Path(a.out).with_suffix(".csv"), table)
     print(f"wrote {a.out}")
     return 0
 

@@ -9,8 +9,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import itertools
 import os
 import platform
@@ -27,7 +25,7 @@ import algorithms  # noqa: E402
 from algorithms.errors import GpusimError  # noqa: E402
 from algorithms.problem import AttentionProblem, TileConfig  # noqa: E402
 from gpusim import predict  # noqa: E402
-from gpusim.engine.trace import atomic_write_text  # noqa: E402
+from gpusim.artifacts import write_csv  # noqa: E402
 
 SWEEP_SIZE = 500
 
@@ -94,11 +92,7 @@ def main(argv=None) -> int:
                      "note": f"{outcomes.count('ok')} predicted, {outcomes.count('does not fit')} refused (SMEM)",
                      **machine})
         print(f"{rows[-1]['what']}: {wall:.1f} s", file=sys.stderr)
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(a.out, buf.getvalue())
+    write_csv(a.out, rows)
     for r in rows:
         print(f"{r['what']:<70} {r['wall_s']:>7} s  target {r['target_s']} s  {'met' if r['met'] else 'MISSED'}")
     return 0

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+
+from ..artifacts import atomic_write_text, pyplot, save_figure
 
 
 class Tracer:
@@ -35,10 +35,7 @@ class Tracer:
                                             "displayTimeUnit": "ns"}))
 
     def write_png(self, path: str, title: str = "") -> None:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         tracks = sorted({(sm, track) for sm, track, *_ in self.slices})
         row = {key: i for i, key in enumerate(tracks)}
         colors = {}
@@ -52,21 +49,4 @@ class Tracer:
         ax.set_xlabel("time (µs)")
         ax.set_title(title, fontsize=9)
         fig.tight_layout()
-        tmp = path + ".tmp.png"
-        fig.savefig(tmp, dpi=120)
-        plt.close(fig)
-        os.replace(tmp, path)
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    """Write `text` to `path` so that a reader never sees a half-written file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        save_figure(fig, path, dpi=120)

@@ -60,6 +60,17 @@ def cta_cost_key(problem: AttentionProblem, cfg: TileConfig):
     return key
 
 
+def locate_q_block(problem: AttentionProblem, cfg: TileConfig, cta: int):
+    """CTA `cta` of the (cdiv(N_q, block_m), B·H) grid, Q block fastest (FA2 and
+    FA3): its Q block, batch, head, K/V head, Q rows and K/V blocks to visit."""
+    p, bm = problem, cfg.block_m
+    n_qb = cdiv(p.seqlen_q, bm)
+    qb, pair = cta % n_qb, cta // n_qb
+    b, h = divmod(pair, p.heads)
+    rows_q = min(bm, p.seqlen_q - qb * bm)
+    return qb, b, h, p.kv_head_of(h), rows_q, kv_trips(p, cfg.block_n, qb * bm + rows_q - 1)
+
+
 def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
     return triton_fa_smem_bytes(problem, cfg)
 
@@ -71,11 +82,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     bh = p.batch * p.heads
 
     def program(cta: int) -> CtaProgram:
-        qb, pair = cta % n_qb, cta // n_qb
-        b, h = divmod(pair, p.heads)
-        kvh = p.kv_head_of(h)
-        rows_q = min(bm, p.seqlen_q - qb * bm)
-        trips = kv_trips(p, bn, qb * bm + rows_q - 1)
+        qb, b, h, kvh, rows_q, trips = locate_q_block(p, cfg, cta)
 
         def loads_of(j: int):
             rows_k = min(bn, p.seqlen_kv - j * bn)

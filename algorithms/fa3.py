@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .errors import InvalidConfig
 from .fa2 import (ALU_EPILOGUE_PER_OUT, ALU_PER_ACC, ALU_PER_MASKED_SCORE, ALU_PER_SCORE,
-                  block_is_masked, cta_cost_key, kv_trips)
+                  block_is_masked, cta_cost_key, locate_q_block)
 from .ops import (TMA, Alu, Arrive, Exp, Item, Load, Loop, Mma, MmaWait, Store, Tile,
                   Wait)
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
@@ -79,11 +79,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     consumers = range(cw)
 
     def program(cta: int) -> CtaProgram:
-        qb, pair = cta % n_qb, cta // n_qb
-        b, h = divmod(pair, p.heads)
-        kvh = p.kv_head_of(h)
-        rows_q = min(bm, p.seqlen_q - qb * bm)
-        trips = kv_trips(p, bn, qb * bm + rows_q - 1)
+        qb, b, h, kvh, rows_q, trips = locate_q_block(p, cfg, cta)
         full = lambda name: tuple(f"{name}.{w}" for w in consumers)
 
         def produce(j: int) -> list[Item]:

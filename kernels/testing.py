@@ -28,9 +28,9 @@ def _mask(nq, nkv, device):
     return j <= i + (nkv - nq)
 
 
-def reference(q, k, v, *, causal=False, config=None, sm_scale=None, return_lse=False):
-    """fp64 attention; O in q's dtype (plus fp32 LSE [B,H,Nq], natural log)."""
-    del config
+def _scores64(q, k, v, causal, sm_scale):
+    """fp64 scaled scores S (masked to -inf above the causal diagonal) and V,
+    K/V expanded to the query heads."""
     d = q.shape[-1]
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
     q64, k64, v64 = (t.to(torch.float64) for t in (q, k, v))
@@ -38,6 +38,13 @@ def reference(q, k, v, *, causal=False, config=None, sm_scale=None, return_lse=F
     s = (q64 @ k64.transpose(-1, -2)) * scale
     if causal:
         s = s.masked_fill(~_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
+    return s, v64
+
+
+def reference(q, k, v, *, causal=False, config=None, sm_scale=None, return_lse=False):
+    """fp64 attention; O in q's dtype (plus fp32 LSE [B,H,Nq], natural log)."""
+    del config
+    s, v64 = _scores64(q, k, v, causal, sm_scale)
     lse = torch.logsumexp(s, dim=-1)
     o = torch.exp(s - lse[..., None]) @ v64
     out = o if q.dtype == torch.float64 else o.to(q.dtype)
@@ -46,13 +53,7 @@ def reference(q, k, v, *, causal=False, config=None, sm_scale=None, return_lse=F
 
 def reference_fp64(q, k, v, *, causal=False, sm_scale=None):
     """The fp64 output itself (not rounded), for error measurements."""
-    d = q.shape[-1]
-    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
-    q64, k64, v64 = (t.to(torch.float64) for t in (q, k, v))
-    k64, v64 = _expand_kv(k64, v64, q.shape[1])
-    s = (q64 @ k64.transpose(-1, -2)) * scale
-    if causal:
-        s = s.masked_fill(~_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
+    s, v64 = _scores64(q, k, v, causal, sm_scale)
     return torch.softmax(s, dim=-1) @ v64
 
 

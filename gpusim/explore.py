@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Sequence
 

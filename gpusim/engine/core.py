@@ -392,7 +392,6 @@ class Engine:
         self.mem.hbm.busy += busy[HBM]
 
     def _slot(self, launch: Launch, sm: _SM, state: dict):
-        env = self.env
         grid = launch.grid
         samples: dict = state["samples"]
         while state["next"] < grid:

@@ -8,7 +8,7 @@ for N in 512 .. 16384, D in {64, 128}, causal 0/1, bf16 forward.
 FLOPs = 4·B·H·N²·D, halved when causal. Time: triton.testing.do_bench
 (median) after a warm-up, on random N(0,1) inputs rotated among several sets
 so that L2 never holds the next call's inputs. All kernels run in the same
-process and run. Kernel names: standard, fa1, fa2, fa3, fa3_fp8, sdpa_flash,
+process and run. Kernel names: standard, fa1, fa2, fa3, fa3_gluon, fa3_fp8, sdpa_flash,
 sdpa_cudnn, sdpa_efficient; a config can be pinned with
 name@block_mxblock_nxnum_warpsxnum_stages (e.g. fa2@128x64x8x3).
 Writes a CSV with provenance (atomically) and a PNG of TFLOP/s vs N.
@@ -27,7 +27,7 @@ from kernels.provenance import provenance, write_csv_atomic
 COLUMNS = ["kernel", "config", "batch", "heads", "seqlen", "head_dim", "causal", "dtype",
            "ms", "tflops", "status", "gpu", "sm_clock_mhz", "driver", "torch", "triton",
            "git_commit", "date", "command"]
-ALL_KERNELS = ["standard", "fa1", "fa2", "fa3", "fa3_fp8", "sdpa_flash", "sdpa_cudnn",
+ALL_KERNELS = ["standard", "fa1", "fa2", "fa3", "fa3_gluon", "fa3_fp8", "sdpa_flash", "sdpa_cudnn",
                "sdpa_efficient"]
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 

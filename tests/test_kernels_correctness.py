@@ -177,3 +177,51 @@ def test_fa3_fp8_on_outlier_inputs(causal):
     rmse_bf16 = ((testing.torch_lowp(q, k, v, causal=causal).double() - ref) ** 2).mean().sqrt().item()
     print(f"fp8 rmse={rmse:.3e} (torch bf16 {rmse_bf16:.3e}) seed={seed}")
     assert rmse <= 3e-2, f"fp8 RMSE {rmse:.3e} > 3e-2, seed={seed}"
+
+
+def _gluon_hopper():
+    if not HOPPER:
+        return False
+    from kernels import fa3_gluon
+
+    return fa3_gluon.HAVE_GLUON
+
+
+# fa3_gluon (Gluon, explicit warp specialisation): Hopper only, no interpreter.
+FA3_GLUON_CASES = [
+    (2, 8, 2, 1000, 1000, 128, True, torch.bfloat16),   # GQA, causal, tail tile
+    (1, 4, 4, 1000, 4001, 64, False, torch.float16),    # Nq < Nkv, K/V tail, fp16
+    (1, 4, 1, 1000, 4001, 128, True, torch.bfloat16),   # MQA, bottom-right causal
+    (1, 4, 4, 4001, 4001, 64, True, torch.bfloat16),    # odd length, causal, D=64
+    (2, 4, 2, 1024, 1024, 128, False, torch.float16),   # exact tiles, fp16
+    (1, 2, 2, 64, 100, 128, False, torch.bfloat16),     # one partial Q tile, two K/V blocks
+]
+FA3_GLUON_CONFIGS = {
+    "default": None,
+    "bn64": TileConfig(block_m=128, block_n=64, num_warps=12, num_stages=2, consumer_warpgroups=2),
+    "s3_nopingpong": TileConfig(block_m=128, block_n=128, num_warps=12, num_stages=3,
+                                consumer_warpgroups=2, pingpong=False),
+}
+
+
+@pytest.mark.skipif(not _gluon_hopper(), reason="fa3_gluon needs a Hopper GPU (sm_90) and Gluon")
+@pytest.mark.parametrize("case", FA3_GLUON_CASES, ids=str)
+@pytest.mark.parametrize("config", list(FA3_GLUON_CONFIGS), ids=str)
+def test_fa3_gluon_matches_fp64(case, config):
+    from kernels import fa3_gluon
+
+    lse_err, tag = check(fa3_gluon.forward, case, FA3_GLUON_CONFIGS[config], _seed())
+    assert lse_err <= 1e-3, f"LSE error {lse_err:.3e}: {tag}"
+
+
+def test_fa3_gluon_refuses_without_hopper():
+    """Importing kernels.fa3_gluon works anywhere; running it off Hopper raises
+    UnsupportedAlgorithm instead of failing inside Triton."""
+    from algorithms.errors import UnsupportedAlgorithm
+    from kernels import fa3_gluon
+
+    if _gluon_hopper():
+        pytest.skip("Hopper present: the kernel runs")
+    q, k, v = make_inputs(1, 2, 64, 64, dtype=torch.bfloat16, device=DEVICE)
+    with pytest.raises(UnsupportedAlgorithm):
+        fa3_gluon.forward(q, k, v)

@@ -1,0 +1,377 @@
+"""FlashAttention-3 forward (arXiv 2407.08608) for Hopper in Gluon, with explicit warp specialisation.
+
+Why Gluon: Triton 3.6 ignores `warp_specialize=True` on sm_90 (kernels/NOTES.md),
+so kernels/fa3.py runs TMA waits, both GEMMs and the softmax in the same warps.
+Gluon (triton.experimental.gluon, Triton 3.6) lets us write the partitions,
+the SMEM ring, the mbarriers and the wgmma waits by hand.
+
+CTA = one 128-row Q tile of one (batch, head); grid = (cdiv(Nq, 128), B*H).
+Three partitions (gl.warp_specialize), 12 warp slots in all:
+  * consumer 0 (the default partition, 4 warps = warpgroup 0) owns query rows
+    [0, 64) of the tile, consumer 1 (a 4-warp worker = warpgroup 1) rows
+    [64, 128). Each holds its own 64 x D fp32 accumulator: a warpgroup's wgmma
+    covers 64 rows, and 64 rows keep S (64 x BN fp32), P and O in registers
+    within the 240 registers setmaxnreg grants (FA3's split of block_m = 128).
+  * producer (a 1-warp worker, 24 registers): TMA loads of both Q halves, then
+    K_j and V_j into a `num_stages`-deep ring. Each stage has a ready barrier
+    (completed by the TMA transaction count) and an empty barrier (count 2:
+    both consumers release the slot). K and V have separate barriers so that
+    S_j = Q K_jᵀ can start before V_j has landed.
+Consumer loop (FA3 Algorithm 2, intra-warpgroup overlap): turn j issues the
+wgmma for S_j and the wgmma for O += P_{j-1} V_{j-1} back to back (both async),
+waits for S_j only (warpgroup_mma_wait(1)), runs the online softmax of block j
+(exp2 with sm_scale·log2 e folded into one FMA, as fa2) while P_{j-1} V_{j-1}
+is still on the tensor cores, then waits for it and rescales O.
+Pingpong (PINGPONG, on by default): the two consumers take turns issuing their
+GEMMs through two mbarriers ("turn"): consumer c waits turn[c] before issuing
+and arrives on turn[1-c] right after, so one warpgroup's softmax runs while
+the other's GEMMs occupy the tensor cores (FA3 §3.1). FA3 uses named barriers
+(bar.sync id) for this; Gluon 3.6 exposes none, so mbarriers stand in.
+Causal masking is bottom-right aligned (row r sees column c iff
+c <= r + Nkv - Nq), as kernels/fa2.py; blocks entirely above the diagonal of
+the tile's last row are never loaded; a block gets the mask only from the
+first block that the consumer's first row cannot see fully (or the Nkv tail).
+Tails: K/V/Q go through 2-D TMA descriptors over the [B*H*N, D] views; rows
+past a head's N belong to the next head (or are zero-filled at the end of the
+tensor); their columns are masked to -inf, and O rows past Nq are not stored
+(masked plain stores from the wgmma accumulator layout).
+GQA: K/V head = h // (H // KVH).
+O is written once in the input dtype, LSE (fp32, natural log) as kernels/fa2.py.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+
+from algorithms.errors import InvalidConfig, InvalidProblem, UnsupportedAlgorithm
+from algorithms.problem import AttentionProblem, TileConfig, cdiv
+
+from .common import LOG2E, interpreting, launch, problem_of, resolve_scale
+
+try:  # Gluon ships with Triton >= 3.5; importing it needs no GPU
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, warpgroup_mma,
+                                                                  warpgroup_mma_wait)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    HAVE_GLUON = True
+except ImportError:  # pragma: no cover - older Triton
+    HAVE_GLUON = False
+
+ROWS_PER_CONSUMER = 64  # one warpgroup's wgmma M
+CONSUMERS = 2
+BLOCK_M = ROWS_PER_CONSUMER * CONSUMERS
+# setmaxnreg budgets: 3 warpgroups x 128 threads x 168 = 64512 <= 65536 registers.
+# The producer warp gives its registers up; the consumers take 240 each.
+MAXNREG = 168
+CONSUMER_REGS = 240
+PRODUCER_REGS = 24
+
+
+if HAVE_GLUON:
+    _CONSUMER_REGS = gl.constexpr(CONSUMER_REGS)
+    _PRODUCER_REGS = gl.constexpr(PRODUCER_REGS)
+
+    @gluon.jit
+    def _fa3g_producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty,
+                       v_ready, v_empty, q_row, kv_row0, n_iter,
+                       ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+        # Q: one tile per consumer, each on its own barrier.
+        for c in gl.static_range(2):
+            mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [q_row + c * ROWS, 0], q_bars.index(c),
+                                            q_smem.index(c))
+        for j in range(n_iter):
+            s = j % STAGES
+            # empty barriers start "phase 1 complete": the first lap passes at once
+            ph = ((j // STAGES) & 1) ^ 1
+            mbarrier.wait(k_empty.index(s), ph)
+            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [kv_row0 + j * BLOCK_N, 0], k_ready.index(s),
+                                            k_smem.index(s))
+            mbarrier.wait(v_empty.index(s), ph)
+            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [kv_row0 + j * BLOCK_N, 0], v_ready.index(s),
+                                            v_smem.index(s))
+
+    @gluon.jit
+    def _fa3g_mask(s, j, n_kv, causal_off, offs_m, offs_n, BLOCK_N: gl.constexpr,
+                   CAUSAL: gl.constexpr):
+        cols = gl.expand_dims(j * BLOCK_N + offs_n, 0)
+        keep = cols < n_kv
+        if CAUSAL:
+            keep = keep & (cols <= gl.expand_dims(offs_m, 1) + causal_off)
+        return gl.where(keep, s, float("-inf"))
+
+    @gluon.jit
+    def _fa3g_consumer(q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turn,
+                       O, LSE, qk_scale, n_q, n_kv, causal_off, row0, o_base, lse_base, n_iter,
+                       C: gl.constexpr, HEAD_DIM: gl.constexpr, ROWS: gl.constexpr,
+                       BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                       PINGPONG: gl.constexpr):
+        # wgmma accumulator layouts of one warpgroup (4 warps along M): S is
+        # ROWS x BLOCK_N, O is ROWS x HEAD_DIM; P feeds the second wgmma from
+        # registers (A operand), so it takes the dot-operand layout of O's MMA.
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, HEAD_DIM, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        dtype: gl.constexpr = q_smem.dtype
+
+        row_first = row0 + C * ROWS  # this consumer's first query row within the head
+        offs_m = row_first + gl.arange(0, ROWS, layout=row_s)
+        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        # blocks before n_full need no mask: inside Nkv and fully visible to row_first
+        n_full = n_kv // BLOCK_N
+        if CAUSAL:
+            n_full = gl.maximum(gl.minimum(n_full, (row_first + causal_off + 1) // BLOCK_N), 0)
+
+        q = q_smem.index(C)
+        mbarrier.wait(q_bars.index(C), 0)
+        s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+        # turn barriers start "phase 1 complete": consumer 0 passes its first
+        # wait at once, consumer 1 waits for consumer 0's first arrive.
+        turn_phase = 1 - C
+
+        # ---- block 0: S_0 only (no P V yet)
+        mbarrier.wait(k_ready.index(0), 0)
+        if PINGPONG:
+            mbarrier.wait(turn.index(C), turn_phase)
+        s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        if PINGPONG:
+            mbarrier.arrive(turn.index(1 - C), count=1)
+        turn_phase ^= 1
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+        mbarrier.arrive(k_empty.index(0), count=1)
+        if n_full == 0:
+            s = _fa3g_mask(s, 0, n_kv, causal_off, offs_m, offs_n, BLOCK_N, CAUSAL)
+        m_i = gl.max(s, 1) * qk_scale
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
+        l_i = gl.sum(p, 1)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+
+        # ---- blocks 1 .. n_iter-1: issue S_j and P_{j-1} V_{j-1}; softmax(j) under the PV
+        for j in range(1, n_iter):
+            st = j % STAGES
+            prev = (j - 1) % STAGES
+            # wait for the data before taking the turn, so a turn is never held idle
+            mbarrier.wait(k_ready.index(st), (j // STAGES) & 1)
+            mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+            if PINGPONG:
+                mbarrier.wait(turn.index(C), turn_phase)
+            s = warpgroup_mma(q, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
+                              is_async=True)
+            acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+            if PINGPONG:
+                mbarrier.arrive(turn.index(1 - C), count=1)
+            turn_phase ^= 1
+            # S_j done (P_{j-1} V_{j-1} may still run): release K_j's slot
+            s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
+            mbarrier.arrive(k_empty.index(st), count=1)
+            if j >= n_full:
+                s = _fa3g_mask(s, j, n_kv, causal_off, offs_m, offs_n, BLOCK_N, CAUSAL)
+            m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+            alpha = gl.exp2(m_i - m_new)
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+            l_i = l_i * alpha + gl.sum(p, 1)
+            m_i = m_new
+            # P_{j-1} (registers) must stay live until its wgmma retires: pass it as a dep
+            acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+            mbarrier.arrive(v_empty.index(prev), count=1)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+
+        # ---- last P V
+        last = (n_iter - 1) % STAGES
+        mbarrier.wait(v_ready.index(last), ((n_iter - 1) // STAGES) & 1)
+        if PINGPONG:
+            mbarrier.wait(turn.index(C), turn_phase)
+        acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+        if PINGPONG:
+            mbarrier.arrive(turn.index(1 - C), count=1)
+        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+        mbarrier.arrive(v_empty.index(last), count=1)
+
+        # ---- epilogue: O = acc / l (input dtype), LSE = (m + log2 l) ln 2
+        o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
+        offs_mo = row_first + gl.arange(0, ROWS, layout=row_o)
+        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        rows = gl.expand_dims(offs_mo, 1)
+        ptrs = O + o_base + rows * HEAD_DIM + gl.expand_dims(offs_d, 0)
+        gl.store(ptrs, o.to(dtype), mask=(rows < n_q) & (gl.expand_dims(offs_d, 0) < HEAD_DIM))
+        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+        gl.store(LSE + lse_base + offs_m, lse, mask=offs_m < n_q)
+
+    @gluon.jit
+    def _fa3g_fwd(q_desc, k_desc, v_desc, O, LSE, qk_scale, n_q, n_kv, causal_off,
+                  H: gl.constexpr, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
+                  ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                  CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+        n_tiles = gl.num_programs(0)
+        pid = gl.program_id(0)
+        if CAUSAL:
+            # the heaviest tiles (most K/V blocks) first: less tail imbalance
+            pid = n_tiles - 1 - pid
+        bh = gl.program_id(1)
+        b = bh // H
+        h = bh % H
+        kvh = b * (H // GROUP) + h // GROUP
+        row0 = pid * (2 * ROWS)
+        q_row = bh * n_q + row0
+        kv_row0 = kvh * n_kv
+        n_blocks = gl.cdiv(n_kv, BLOCK_N)
+        if CAUSAL:
+            last_row = gl.minimum(row0 + 2 * ROWS, n_q) - 1
+            n_blocks = gl.minimum(n_blocks, gl.cdiv(last_row + causal_off + 1, BLOCK_N))
+        # at least one block: a tile whose rows see no key (causal with Nq > Nkv)
+        # runs block 0 fully masked, which yields NaN rows as the fp64 reference does
+        n_iter = gl.maximum(n_blocks, 1)
+
+        dtype: gl.constexpr = q_desc.dtype
+        q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+        q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(q_bars.index(i), count=1)
+            mbarrier.init(turn.index(i), count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=2)  # both consumers release a slot
+            mbarrier.init(v_empty.index(i), count=2)
+
+        o_base = bh.to(gl.int64) * n_q * HEAD_DIM
+        lse_base = bh.to(gl.int64) * n_q
+        gl.warp_specialize([
+            (_fa3g_consumer, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
+                              turn, O, LSE, qk_scale, n_q, n_kv, causal_off, row0, o_base,
+                              lse_base, n_iter, 0, HEAD_DIM, ROWS, BLOCK_N, STAGES, CAUSAL,
+                              PINGPONG)),
+            (_fa3g_consumer, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
+                              turn, O, LSE, qk_scale, n_q, n_kv, causal_off, row0, o_base,
+                              lse_base, n_iter, 1, HEAD_DIM, ROWS, BLOCK_N, STAGES, CAUSAL,
+                              PINGPONG)),
+            (_fa3g_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready,
+                              k_empty, v_ready, v_empty, q_row, kv_row0, n_iter, ROWS, BLOCK_N,
+                              STAGES)),
+        ], [4, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
+
+
+def default_config(problem: AttentionProblem) -> TileConfig:
+    """128 query rows (2 consumers x 64), block_n 128; 2 stages at D=128 (FA3's
+    choice for hdim 128: Q 32 KB + 2 x 64 KB), 3 at D=64."""
+    stages = 2 if problem.head_dim > 64 else 3
+    return TileConfig(block_m=BLOCK_M, block_n=128, num_warps=12, num_stages=stages, mma="wgmma",
+                      consumer_warpgroups=CONSUMERS)
+
+
+def _check(problem: AttentionProblem, cfg: TileConfig) -> None:
+    if problem.head_dim not in (64, 128):
+        raise InvalidProblem(f"fa3_gluon supports head_dim 64 and 128, got {problem.head_dim}")
+    if cfg.block_m != BLOCK_M or cfg.consumer_warpgroups != CONSUMERS:
+        raise InvalidConfig(f"fa3_gluon runs {CONSUMERS} consumer warpgroups of {ROWS_PER_CONSUMER} rows: "
+                            f"block_m must be {BLOCK_M} and consumer_warpgroups {CONSUMERS}, got "
+                            f"{cfg.block_m} and {cfg.consumer_warpgroups}")
+    if cfg.block_n not in (64, 128) or cfg.num_stages < 2:
+        raise InvalidConfig(f"fa3_gluon needs block_n in (64, 128) and num_stages >= 2, got "
+                            f"{cfg.block_n} and {cfg.num_stages}")
+    e, d = problem.elem_bytes, problem.head_dim
+    smem = e * d * (BLOCK_M + 2 * cfg.num_stages * cfg.block_n)
+    if smem > 227 * 1024:
+        raise InvalidConfig(f"fa3_gluon: Q + {cfg.num_stages}-stage K/V ring need {smem} B of SMEM "
+                            f"(> 227 KB); reduce num_stages or block_n")
+
+
+def _require_hopper(device):
+    if not HAVE_GLUON:
+        raise UnsupportedAlgorithm("fa3_gluon needs triton.experimental.gluon (Triton >= 3.5)")
+    if interpreting() or not torch.cuda.is_available() or device.type != "cuda":
+        raise UnsupportedAlgorithm("fa3_gluon needs a Hopper GPU (sm_90); Gluon has no interpreter")
+    cap = torch.cuda.get_device_capability(device)
+    if cap[0] != 9:
+        raise UnsupportedAlgorithm(f"fa3_gluon needs a Hopper GPU (sm_90), got sm_{cap[0]}{cap[1]}")
+
+
+def _layout(block, torch_dtype):
+    gdt = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[torch_dtype]
+    return gl.NVMMASharedLayout.get_default_for(block, gdt)
+
+
+def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
+            return_lse=False, pingpong=None):
+    """FA3 forward with explicit producer / 2-consumer warp specialisation.
+    Same contract as kernels.fa3.forward (q [B,H,Nq,D], k/v [B,KVH,Nkv,D];
+    returns O, or (O, LSE) with return_lse). config: block_m must be 128 and
+    consumer_warpgroups 2; block_n and num_stages are used; num_warps is not
+    (the CTA always has 2 consumer warpgroups + a 1-warp producer, 12 warp
+    slots). pingpong defaults to config.pingpong (True when config is None)."""
+    problem = problem_of(q, k, v, causal)
+    _require_hopper(q.device)
+    cfg = config if config is not None else default_config(problem)
+    if not isinstance(cfg, TileConfig):
+        raise InvalidConfig(f"config must be an algorithms.problem.TileConfig, got {type(cfg).__name__}")
+    _check(problem, cfg)
+    pp = cfg.pingpong if pingpong is None else bool(pingpong)
+    scale = resolve_scale(sm_scale, problem.head_dim)
+    b, h, nq, d = q.shape
+    kvh, nkv = k.shape[1], k.shape[2]
+    o = torch.empty_like(q)
+    lse = torch.empty(b, h, nq, dtype=torch.float32, device=q.device)
+    q2, k2, v2 = q.view(b * h * nq, d), k.view(b * kvh * nkv, d), v.view(b * kvh * nkv, d)
+    q_desc = TensorDescriptor.from_tensor(q2, [ROWS_PER_CONSUMER, d], _layout([ROWS_PER_CONSUMER, d], q.dtype))
+    kv_block = [cfg.block_n, d]
+    k_desc = TensorDescriptor.from_tensor(k2, kv_block, _layout(kv_block, q.dtype))
+    v_desc = TensorDescriptor.from_tensor(v2, kv_block, _layout(kv_block, q.dtype))
+    grid = (cdiv(nq, BLOCK_M), b * h)
+    launch(_fa3g_fwd[grid], q_desc, k_desc, v_desc, o, lse, scale * LOG2E, nq, nkv,
+           problem.causal_offset, H=h, GROUP=h // kvh, HEAD_DIM=d, ROWS=ROWS_PER_CONSUMER,
+           BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=problem.causal, PINGPONG=pp,
+           num_warps=4, maxnreg=MAXNREG)
+    return (o, lse) if return_lse else o
+
+
+def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, pingpong=True,
+                  target=90) -> dict:
+    """Cross-compile _fa3g_fwd for sm_90 without a GPU (bundled ptxas):
+    {"smem_bytes", "n_regs", "warp_specialized", "ttgir", "ptx"}."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from .fa2 import _regs_from_cubin
+
+    cfg = config or default_config(problem)
+    _check(problem, cfg)
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[problem.dtype]
+    d = problem.head_dim
+
+    def desc(block):
+        return f"tensordesc<{problem.dtype}[{block[0]}, {block[1]}],{_layout(block, tdt)!r}>"
+
+    pdt = "*" + problem.dtype
+    sig = {"q_desc": desc([ROWS_PER_CONSUMER, d]), "k_desc": desc([cfg.block_n, d]),
+           "v_desc": desc([cfg.block_n, d]), "O": pdt, "LSE": "*fp32", "qk_scale": "fp32",
+           "n_q": "i32", "n_kv": "i32", "causal_off": "i32",
+           "H": "constexpr", "GROUP": "constexpr", "HEAD_DIM": "constexpr", "ROWS": "constexpr",
+           "BLOCK_N": "constexpr", "STAGES": "constexpr", "CAUSAL": "constexpr", "PINGPONG": "constexpr"}
+    consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": d,
+              "ROWS": ROWS_PER_CONSUMER, "BLOCK_N": cfg.block_n, "STAGES": cfg.num_stages,
+              "CAUSAL": problem.causal, "PINGPONG": bool(pingpong)}
+    names = list(sig)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("O", "LSE")}
+    src = GluonASTSource(fn=_fa3g_fwd, signature=sig, constexprs=consts, attrs=attrs)
+    compiled = triton.compile(src, target=GPUTarget("cuda", target, 32),
+                              options={"num_warps": 4, "maxnreg": MAXNREG})
+    ttgir = compiled.asm.get("ttgir", "")
+    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": _regs_from_cubin(compiled),
+            "warp_specialized": "ttg.warp_specialize" in ttgir, "ttgir": ttgir,
+            "ptx": compiled.asm.get("ptx", "")}

@@ -139,6 +139,10 @@ class Loop:
     trips: int
     body: Callable[[int], Sequence["Item"]]
     key: Callable[[int], object] | None = None
+    # memory(i): iteration i's Loads and Stores alone, in program order -- a
+    # cheaper way to them than body(i) for the engine, which passes skipped
+    # iterations' tiles through L2. None: filter body(i).
+    memory: Callable[[int], Sequence["Item"]] | None = None
 
 
 Item = Union[Op, Loop]

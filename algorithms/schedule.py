@@ -114,7 +114,7 @@ def pipelined_loop(
     if stages <= 1:
         def body(i: int) -> list[Item]:
             return [*loads_of(i), *compute_of(i)]
-        return [Loop(name, trips, body, key_of)]
+        return [Loop(name, trips, body, key_of, memory=loads_of)]
 
     barrier = f"{name}.ready"
     lookahead = stages - 1
@@ -133,7 +133,10 @@ def pipelined_loop(
     prologue: list[Item] = []
     for i in range(min(lookahead, trips)):
         prologue.extend(issue(i))
-    return [*prologue, Loop(name, trips, body, key if key_of else None)]
+    def memory(i: int) -> list[Op]:
+        return list(loads_of(i + lookahead)) if i + lookahead < trips else []
+
+    return [*prologue, Loop(name, trips, body, key if key_of else None, memory=memory)]
 
 
 def head_layout(grid_per_head: int, heads_total: int, key: Callable[[int], object] | None = None):

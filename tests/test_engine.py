@@ -112,7 +112,9 @@ def _signature(items):
     out = []
     for it in items:
         if isinstance(it, Loop):
-            out.append(("loop", it.name, it.trips))
+            # the whole nest: equal keys of an outer loop promise equal inner loops
+            out.append(("loop", it.name, it.trips,
+                        tuple(tuple(_signature(it.body(i))) for i in range(it.trips))))
         elif isinstance(it, (Load, Store)):
             out.append((type(it).__name__, it.tile.tensor, it.nbytes, it.engine, len(getattr(it, "signal", ()))))
         else:
@@ -139,6 +141,10 @@ def test_loop_keys_and_cost_keys_tell_the_truth(algo, n, causal, block, stages):
                     body = it.body(i)
                     by_key.setdefault(it.key(i), _signature(body)) == _signature(body) or \
                         pytest.fail(f"{it.name}: iteration {i} has key {it.key(i)} but other ops")
+                    if it.memory is not None:   # the engine's shortcut to the loads and stores
+                        touched = lambda ops: [(type(op), op.tile, op.nbytes) for op in ops
+                                               if isinstance(op, (Load, Store))]
+                        assert touched(it.memory(i)) == touched(body)
                     check_items(body)
 
     for launch in schedule.launches:

@@ -16,6 +16,11 @@ from collections import OrderedDict
 
 from .servers import Server
 
+# L2 counts as full above this share of its capacity, and as rid of an earlier
+# launch's dirty tiles below this share of it.
+FULL = 0.95
+STALE_DIRTY_TOLERANCE = 0.02
+
 
 class MemorySystem:
     def __init__(self, gpu):
@@ -28,13 +33,19 @@ class MemorySystem:
         self.port_s_per_byte = 1.0 / (gpu.l2.sm_port_bytes_per_clk * clock)
         self.l2_latency = gpu.l2.hit_latency_cycles / clock
         self.dram_latency = gpu.hbm.latency_cycles / clock
-        self.lines: OrderedDict = OrderedDict()  # tile -> [nbytes, ready_time, dirty]
+        self.lines: OrderedDict = OrderedDict()  # tile -> [nbytes, ready_time, dirty, launch]
         self.used = 0
         self.requested = 0
         self.hit_bytes = 0
         self.hbm_read = 0
         self.hbm_write = 0
         self._phantoms = 0
+        # While set, write-backs are fast-forwarded work spread over this
+        # window (background load) rather than requests queued now.
+        self._spread_until: float | None = None
+        self.launch = 0          # lines remember the launch that brought them
+        self.stale_dirty = 0     # dirty bytes stored by earlier launches, still in L2
+        self.footprint = 0       # bytes of every tensor the schedule touches
 
     def load(self, now: float, port: Server, tile, nbytes: int) -> tuple[float, bool]:
         """Bytes of `tile` to an SM whose L2 port is `port`: (arrival time, hit)."""
@@ -53,6 +64,40 @@ class MemorySystem:
         self._insert(now, tile, nbytes, done, False)
         return done, False
 
+    def touch(self, now: float, until: float, accesses) -> int:
+        """Fast-forwarded loads and stores, (tile, nbytes, is_store) in
+        program order, pass through L2 untimed (their time is extrapolated):
+        hits refresh their tiles, misses insert them, stores dirty them, as
+        real ones would -- so the CTAs beside them find the tiles they share
+        (FA2's K/V) instead of an anonymous pollution. Write-backs they cause
+        are spread over [now, until]. Returns the bytes that missed."""
+        missed = 0
+        self._spread_until = until
+        try:
+            lines = self.lines
+            for tile, nbytes, is_store in accesses:
+                line = lines.get(tile)
+                if is_store:
+                    if line is not None:
+                        lines.move_to_end(tile)
+                        if line[2] and line[3] != self.launch:
+                            self.stale_dirty -= line[0] if line[2] is True else line[2]
+                        line[2], line[3] = True, self.launch
+                    else:
+                        self._insert(now, tile, nbytes, now, True)
+                    continue
+                self.requested += nbytes
+                if line is not None:
+                    lines.move_to_end(tile)
+                    self.hit_bytes += nbytes
+                else:
+                    self.hbm_read += nbytes
+                    missed += nbytes
+                    self._insert(now, tile, nbytes, now, False)
+        finally:
+            self._spread_until = None
+        return missed
+
     def store(self, now: float, port: Server, tile, nbytes: int) -> float:
         """A tile written back to global memory through L2; returns when the SM is done with it."""
         t_port = port.serve(now, nbytes * self.port_s_per_byte)
@@ -60,7 +105,9 @@ class MemorySystem:
         line = self.lines.get(tile)
         if line is not None:
             self.lines.move_to_end(tile)
-            line[2] = True
+            if line[2] and line[3] != self.launch:
+                self.stale_dirty -= line[0] if line[2] is True else line[2]
+            line[2], line[3] = True, self.launch
         else:
             self._insert(now, tile, nbytes, now, True)
         return t_port if t_port > t_l2 else t_l2
@@ -70,22 +117,50 @@ class MemorySystem:
             if dirty:
                 self._write_back(now, nbytes)
             return
-        self.lines[tile] = [nbytes, ready, dirty]
+        self.lines[tile] = [nbytes, ready, dirty, self.launch]
         self.used += nbytes
         while self.used > self.capacity:
-            _, (size, _, dirty) = self.lines.popitem(last=False)
+            _, (size, _, dirty, launch) = self.lines.popitem(last=False)
             self.used -= size
+            if dirty and launch != self.launch:
+                self.stale_dirty -= size if dirty is True else dirty
             if dirty:  # True for a stored tile; a phantom holds its dirty byte count
                 self._write_back(now, size if dirty is True else dirty)
 
-    def pollute(self, now: float, read_bytes: float, written_bytes: float) -> None:
-        """Fast-forwarded work: the tiles it would have fetched (read_bytes)
-        and stored (written_bytes) occupy L2 as one anonymous entry that no
-        one can hit, evicting what they would have evicted; the written part
-        reaches HBM when the entry is evicted or flushed."""
+    def begin_launch(self) -> None:
+        self.launch += 1
+        self.stale_dirty = sum((size if dirty is True else dirty)
+                               for size, _, dirty, _ in self.lines.values() if dirty)
+
+    def settled(self) -> bool:
+        """Has L2 reached the content it keeps for the rest of a launch? Not
+        while it is still filling (stores are absorbed, nothing is written
+        back yet: standard's QK GEMM runs twice as fast for its first four
+        waves) nor while dirty tiles of the previous launch are being
+        written back (its softmax, 1.4x slower for 17 waves). Durations
+        timed before then do not stand for later CTAs."""
+        if self.stale_dirty > STALE_DIRTY_TOLERANCE * self.capacity:
+            return False
+        return self.used >= FULL * self.capacity or self.footprint <= FULL * self.capacity
+
+    def pollute(self, now: float, until: float, read_bytes: float, written_bytes: float) -> None:
+        """Fast-forwarded work over [now, until]: the tiles it would have
+        fetched (read_bytes) and stored (written_bytes) occupy L2 as one
+        anonymous entry that no one can hit, evicting what they would have
+        evicted; the written part reaches HBM when the entry is evicted or
+        flushed. The write-backs it causes now are spread over the window:
+        queued at one instant they would stall every real request behind
+        them (a batch of ghost CTAs can evict tens of MB at once)."""
         total = int(read_bytes + written_bytes)
         if total <= 0:
             return
+        self._spread_until = until
+        try:
+            self._pollute(now, total, written_bytes)
+        finally:
+            self._spread_until = None
+
+    def _pollute(self, now: float, total: int, written_bytes: float) -> None:
         self._phantoms += 1
         if total > self.capacity:
             # more than the whole L2 streamed through: everything older leaves,
@@ -104,11 +179,14 @@ class MemorySystem:
 
     def _write_back(self, now: float, nbytes: int) -> None:
         self.hbm_write += nbytes
-        self.hbm.serve(now, nbytes * self.hbm_s_per_byte)
+        if self._spread_until is None:
+            self.hbm.serve(now, nbytes * self.hbm_s_per_byte)
+        else:
+            self.hbm.add_background(now, self._spread_until, nbytes * self.hbm_s_per_byte)
 
     def flush(self) -> None:
         """End of the run: dirty lines reach HBM (counted, not timed)."""
-        for size, _, dirty in self.lines.values():
+        for size, _, dirty, _ in self.lines.values():
             if dirty:
                 self.hbm_write += size if dirty is True else dirty
         for line in self.lines.values():

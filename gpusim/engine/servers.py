@@ -7,20 +7,16 @@ request time costs one SimPy event per operation (the caller's timeout)
 instead of a request/hold/release triple.
 
 Background load stands for work the engine fast-forwarded instead of
-simulating: for its window, that work keeps `utilisation` of the server
-busy, and real requests are served at the remaining rate.
+simulating: it arrives as a fluid over its window and is queued in FIFO
+order with the real requests, so it delays them only when the two together
+exceed the server's rate.
 """
 from __future__ import annotations
 
 import heapq
 
-# Fast-forwarded work never takes the whole server: real requests keep at
-# least 5% of it, so a skipped CTA cannot stall its neighbours forever.
-MAX_BACKGROUND = 0.95
-
-
 class Server:
-    __slots__ = ("name", "free_at", "busy", "_bg", "_bg_load")
+    __slots__ = ("name", "free_at", "busy", "_bg", "_bg_load", "_bg_since")
 
     def __init__(self, name: str):
         self.name = name
@@ -28,35 +24,51 @@ class Server:
         self.busy = 0.0  # seconds of service given, real and background
         self._bg: list[tuple[float, float]] = []  # heap of (end, utilisation)
         self._bg_load = 0.0
+        self._bg_since = 0.0  # background work before this time is queued
 
     def serve(self, now: float, service: float) -> float:
         """Queue `service` seconds of work arriving at `now`; return its end time."""
         self.busy += service
         if self._bg:
-            load = self._background(now)
-            if load > 0.0:
-                service /= 1.0 - load
+            self._queue_background(now)
         start = self.free_at if self.free_at > now else now
         self.free_at = start + service
         return self.free_at
 
     def add_background(self, start: float, end: float, busy: float) -> None:
-        """`busy` seconds of fast-forwarded work spread evenly over [start, end]."""
+        """`busy` seconds of fast-forwarded work arriving evenly over [start, end]
+        (start is the present: the engine adds it as it skips)."""
         if busy <= 0.0:
             return
         self.busy += busy
         if end <= start:
             return
+        self._queue_background(start)
         heapq.heappush(self._bg, (end, busy / (end - start)))
         self._bg_load += busy / (end - start)
 
-    def _background(self, now: float) -> float:
-        bg = self._bg
-        while bg and bg[0][0] <= now:
-            self._bg_load -= heapq.heappop(bg)[1]
-        if not bg:
-            self._bg_load = 0.0
-        return min(MAX_BACKGROUND, self._bg_load)
+    def _queue_background(self, now: float) -> None:
+        """Put the background work that arrived since the last call into the
+        FIFO queue, as a fluid: over a stretch [a, b] of load u it adds
+        u·(b − a) of work behind whatever was queued at a. An unsaturated
+        server finishes it by b, so later requests do not wait for it; a
+        saturated one queues it, and real requests wait their turn."""
+        bg, t = self._bg, self._bg_since
+        if now <= t:
+            return
+        while t < now:
+            seg_end = bg[0][0] if bg and bg[0][0] < now else now
+            if self._bg_load > 0.0:
+                if self.free_at < t:
+                    self.free_at = t
+                self.free_at += self._bg_load * (seg_end - t)
+            t = seg_end
+            while bg and bg[0][0] <= t:
+                self._bg_load -= heapq.heappop(bg)[1]
+            if not bg:
+                self._bg_load = 0.0
+                break
+        self._bg_since = now
 
 
 class Barrier:

@@ -5,7 +5,11 @@ so kernels/fa3.py runs TMA waits, both GEMMs and the softmax in the same warps.
 Gluon (triton.experimental.gluon, Triton 3.6) lets us write the partitions,
 the SMEM ring, the mbarriers and the wgmma waits by hand.
 
-CTA = one 128-row Q tile of one (batch, head); grid = (cdiv(Nq, 128), B*H).
+CTA = one 128-row Q tile of one (batch, head) at a time: a 1-D grid over tiles
+t = (b*H + h) * cdiv(Nq, 128) + m (Q tiles of a head adjacent, for L2 reuse of
+its K/V); causal: one tile per CTA, heaviest first; non-causal: persistent,
+one CTA per SM taking tiles pid, pid + #SMs, ... (the producer then loads the
+next tile's Q and K/V while the consumers finish the current one).
 Three partitions (gl.warp_specialize), 12 warp slots in all:
   * consumer 0 (the default partition, 4 warps = warpgroup 0) owns query rows
     [0, 64) of the tile, consumer 1 (a 4-warp worker = warpgroup 1) rows
@@ -22,7 +26,7 @@ wgmma for S_j and the wgmma for O += P_{j-1} V_{j-1} back to back (both async),
 waits for S_j only (warpgroup_mma_wait(1)), runs the online softmax of block j
 (exp2 with sm_scale·log2 e folded into one FMA, as fa2) while P_{j-1} V_{j-1}
 is still on the tensor cores, then waits for it and rescales O.
-Pingpong (PINGPONG, on by default): the two consumers take turns issuing their
+Pingpong (PINGPONG; TileConfig.pingpong, off in default_config): the two consumers take turns issuing their
 GEMMs through two mbarriers ("turn"): consumer c waits turn[c] before issuing
 and arrives on turn[1-c] right after, so one warpgroup's softmax runs while
 the other's GEMMs occupy the tensor cores (FA3 §3.1). FA3 uses named barriers
@@ -73,26 +77,58 @@ if HAVE_GLUON:
     _PRODUCER_REGS = gl.constexpr(PRODUCER_REGS)
 
     @gluon.jit
-    def _fa3g_producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty,
-                       v_ready, v_empty, q_row, kv_row0, n_iter,
-                       ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-        # Q: one tile per consumer, each on its own barrier.
-        for c in gl.static_range(2):
-            mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [q_row + c * ROWS, 0], q_bars.index(c),
-                                            q_smem.index(c))
-        for j in range(n_iter):
-            s = j % STAGES
-            # empty barriers start "phase 1 complete": the first lap passes at once
-            ph = ((j // STAGES) & 1) ^ 1
-            mbarrier.wait(k_empty.index(s), ph)
-            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [kv_row0 + j * BLOCK_N, 0], k_ready.index(s),
-                                            k_smem.index(s))
-            mbarrier.wait(v_empty.index(s), ph)
-            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [kv_row0 + j * BLOCK_N, 0], v_ready.index(s),
-                                            v_smem.index(s))
+    def _fa3g_tile(t, n_m, n_q, n_kv, causal_off, H: gl.constexpr, GROUP: gl.constexpr,
+                   ROWS: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+        """Tile t -> (b*H + h, K/V head row base, first query row, K/V blocks to visit).
+        Q tiles of one head are adjacent in t, so CTAs running together share
+        that head's K/V through L2 (as fa2's grid with the Q block fastest)."""
+        bh = t // n_m
+        m = t % n_m
+        if CAUSAL:
+            m = n_m - 1 - m  # the heaviest tiles (most K/V blocks) first
+        b = bh // H
+        h = bh % H
+        kvh = b * (H // GROUP) + h // GROUP
+        row0 = m * (2 * ROWS)
+        n_blocks = gl.cdiv(n_kv, BLOCK_N)
+        if CAUSAL:
+            last_row = gl.minimum(row0 + 2 * ROWS, n_q) - 1
+            n_blocks = gl.minimum(n_blocks, gl.cdiv(last_row + causal_off + 1, BLOCK_N))
+        # at least one block: a tile whose rows see no key (causal with Nq > Nkv)
+        # runs block 0 fully masked, which yields NaN rows as the fp64 reference does
+        return bh, kvh * n_kv, row0, gl.maximum(n_blocks, 1)
+
+    @gluon.jit
+    def _fa3g_producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
+                       k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m, n_tiles,
+                       H: gl.constexpr, GROUP: gl.constexpr, ROWS: gl.constexpr,
+                       BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+        it = 0  # K/V blocks issued so far: the ring position runs on across tiles
+        tc = 0  # tiles done by this CTA
+        for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+            bh, kv_row0, row0, n_iter = _fa3g_tile(t, n_m, n_q, n_kv, causal_off, H, GROUP, ROWS,
+                                                   BLOCK_N, CAUSAL)
+            # Q: one tile per consumer, each with its own barriers; a consumer
+            # frees its Q buffer once the last S GEMM of its previous tile retired.
+            # Empty barriers start "phase 1 complete": the first lap passes at once.
+            for c in gl.static_range(2):
+                mbarrier.wait(q_empty.index(c), (tc & 1) ^ 1)
+                mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(q_desc, [bh * n_q + row0 + c * ROWS, 0],
+                                                q_ready.index(c), q_smem.index(c))
+            for j in range(n_iter):
+                s = it % STAGES
+                ph = ((it // STAGES) & 1) ^ 1
+                mbarrier.wait(k_empty.index(s), ph)
+                mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(k_desc, [kv_row0 + j * BLOCK_N, 0],
+                                                k_ready.index(s), k_smem.index(s))
+                mbarrier.wait(v_empty.index(s), ph)
+                mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(v_desc, [kv_row0 + j * BLOCK_N, 0],
+                                                v_ready.index(s), v_smem.index(s))
+                it += 1
+            tc += 1
 
     @gluon.jit
     def _fa3g_mask(s, j, n_kv, causal_off, offs_m, offs_n, BLOCK_N: gl.constexpr,
@@ -104,11 +140,11 @@ if HAVE_GLUON:
         return gl.where(keep, s, float("-inf"))
 
     @gluon.jit
-    def _fa3g_consumer(q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turn,
-                       O, LSE, qk_scale, n_q, n_kv, causal_off, row0, o_base, lse_base, n_iter,
-                       C: gl.constexpr, HEAD_DIM: gl.constexpr, ROWS: gl.constexpr,
-                       BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       PINGPONG: gl.constexpr):
+    def _fa3g_consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
+                       v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m, n_tiles,
+                       C: gl.constexpr, H: gl.constexpr, GROUP: gl.constexpr,
+                       HEAD_DIM: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
+                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
         # wgmma accumulator layouts of one warpgroup (4 warps along M): S is
         # ROWS x BLOCK_N, O is ROWS x HEAD_DIM; P feeds the second wgmma from
         # registers (A operand), so it takes the dot-operand layout of O's MMA.
@@ -120,129 +156,126 @@ if HAVE_GLUON:
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
         dtype: gl.constexpr = q_smem.dtype
-
-        row_first = row0 + C * ROWS  # this consumer's first query row within the head
-        offs_m = row_first + gl.arange(0, ROWS, layout=row_s)
-        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        # blocks before n_full need no mask: inside Nkv and fully visible to row_first
-        n_full = n_kv // BLOCK_N
-        if CAUSAL:
-            n_full = gl.maximum(gl.minimum(n_full, (row_first + causal_off + 1) // BLOCK_N), 0)
-
         q = q_smem.index(C)
-        mbarrier.wait(q_bars.index(C), 0)
         s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
         # turn barriers start "phase 1 complete": consumer 0 passes its first
-        # wait at once, consumer 1 waits for consumer 0's first arrive.
+        # wait at once, consumer 1 waits for consumer 0's first arrive. Both
+        # consumers take n_iter + 1 turns per tile, so the phases stay paired.
         turn_phase = 1 - C
+        it = 0  # ring position (K/V blocks consumed so far), as the producer's
+        tc = 0
+        for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+            bh, kv_row0, row0, n_iter = _fa3g_tile(t, n_m, n_q, n_kv, causal_off, H, GROUP, ROWS,
+                                                   BLOCK_N, CAUSAL)
+            row_first = row0 + C * ROWS  # this consumer's first query row within the head
+            offs_m = row_first + gl.arange(0, ROWS, layout=row_s)
+            offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            # blocks before n_full need no mask: inside Nkv and fully visible to row_first
+            n_full = n_kv // BLOCK_N
+            if CAUSAL:
+                n_full = gl.maximum(gl.minimum(n_full, (row_first + causal_off + 1) // BLOCK_N), 0)
+            acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+            mbarrier.wait(q_ready.index(C), tc & 1)
 
-        # ---- block 0: S_0 only (no P V yet)
-        mbarrier.wait(k_ready.index(0), 0)
-        if PINGPONG:
-            mbarrier.wait(turn.index(C), turn_phase)
-        s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        if PINGPONG:
-            mbarrier.arrive(turn.index(1 - C), count=1)
-        turn_phase ^= 1
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-        mbarrier.arrive(k_empty.index(0), count=1)
-        if n_full == 0:
-            s = _fa3g_mask(s, 0, n_kv, causal_off, offs_m, offs_n, BLOCK_N, CAUSAL)
-        m_i = gl.max(s, 1) * qk_scale
-        p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
-        l_i = gl.sum(p, 1)
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
-
-        # ---- blocks 1 .. n_iter-1: issue S_j and P_{j-1} V_{j-1}; softmax(j) under the PV
-        for j in range(1, n_iter):
-            st = j % STAGES
-            prev = (j - 1) % STAGES
-            # wait for the data before taking the turn, so a turn is never held idle
-            mbarrier.wait(k_ready.index(st), (j // STAGES) & 1)
-            mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+            # ---- block 0: S_0 only (no P V yet)
+            st = it % STAGES
+            mbarrier.wait(k_ready.index(st), (it // STAGES) & 1)
             if PINGPONG:
                 mbarrier.wait(turn.index(C), turn_phase)
             s = warpgroup_mma(q, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
                               is_async=True)
-            acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
             if PINGPONG:
                 mbarrier.arrive(turn.index(1 - C), count=1)
             turn_phase ^= 1
-            # S_j done (P_{j-1} V_{j-1} may still run): release K_j's slot
-            s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             mbarrier.arrive(k_empty.index(st), count=1)
-            if j >= n_full:
-                s = _fa3g_mask(s, j, n_kv, causal_off, offs_m, offs_n, BLOCK_N, CAUSAL)
-            m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-            alpha = gl.exp2(m_i - m_new)
-            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
-            l_i = l_i * alpha + gl.sum(p, 1)
-            m_i = m_new
-            # P_{j-1} (registers) must stay live until its wgmma retires: pass it as a dep
-            acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-            mbarrier.arrive(v_empty.index(prev), count=1)
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+            if n_full == 0:
+                s = _fa3g_mask(s, 0, n_kv, causal_off, offs_m, offs_n, BLOCK_N, CAUSAL)
+            m_i = gl.max(s, 1) * qk_scale
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
+            l_i = gl.sum(p, 1)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
 
-        # ---- last P V
-        last = (n_iter - 1) % STAGES
-        mbarrier.wait(v_ready.index(last), ((n_iter - 1) // STAGES) & 1)
-        if PINGPONG:
-            mbarrier.wait(turn.index(C), turn_phase)
-        acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-        if PINGPONG:
-            mbarrier.arrive(turn.index(1 - C), count=1)
-        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-        mbarrier.arrive(v_empty.index(last), count=1)
+            # ---- blocks 1 .. n_iter-1: issue S_j and P_{j-1} V_{j-1}; softmax(j) under the PV
+            for j in range(1, n_iter):
+                st = (it + j) % STAGES
+                prev = (it + j - 1) % STAGES
+                # wait for the data before taking the turn, so a turn is never held idle
+                mbarrier.wait(k_ready.index(st), ((it + j) // STAGES) & 1)
+                mbarrier.wait(v_ready.index(prev), ((it + j - 1) // STAGES) & 1)
+                if PINGPONG:
+                    mbarrier.wait(turn.index(C), turn_phase)
+                s = warpgroup_mma(q, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
+                                  is_async=True)
+                acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+                if PINGPONG:
+                    mbarrier.arrive(turn.index(1 - C), count=1)
+                turn_phase ^= 1
+                # S_j done (P_{j-1} V_{j-1} may still run): release K_j's slot
+                s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
+                mbarrier.arrive(k_empty.index(st), count=1)
+                if j >= n_full:
+                    s = _fa3g_mask(s, j, n_kv, causal_off, offs_m, offs_n, BLOCK_N, CAUSAL)
+                m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+                alpha = gl.exp2(m_i - m_new)
+                p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+                l_i = l_i * alpha + gl.sum(p, 1)
+                m_i = m_new
+                # P_{j-1} (registers) must stay live until its wgmma retires: pass it as a dep
+                acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+                mbarrier.arrive(v_empty.index(prev), count=1)
+                acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
+            # every S GEMM of this tile has retired: the producer may load the next Q
+            mbarrier.arrive(q_empty.index(C), count=1)
 
-        # ---- epilogue: O = acc / l (input dtype), LSE = (m + log2 l) ln 2
-        o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
-        offs_mo = row_first + gl.arange(0, ROWS, layout=row_o)
-        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-        rows = gl.expand_dims(offs_mo, 1)
-        ptrs = O + o_base + rows * HEAD_DIM + gl.expand_dims(offs_d, 0)
-        gl.store(ptrs, o.to(dtype), mask=(rows < n_q) & (gl.expand_dims(offs_d, 0) < HEAD_DIM))
-        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
-        gl.store(LSE + lse_base + offs_m, lse, mask=offs_m < n_q)
+            # ---- last P V
+            last = (it + n_iter - 1) % STAGES
+            mbarrier.wait(v_ready.index(last), ((it + n_iter - 1) // STAGES) & 1)
+            if PINGPONG:
+                mbarrier.wait(turn.index(C), turn_phase)
+            acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+            if PINGPONG:
+                mbarrier.arrive(turn.index(1 - C), count=1)
+            turn_phase ^= 1
+            acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+            mbarrier.arrive(v_empty.index(last), count=1)
+            it += n_iter
+            tc += 1
+
+            # ---- epilogue: O = acc / l (input dtype), LSE = (m + log2 l) ln 2
+            o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
+            offs_mo = row_first + gl.arange(0, ROWS, layout=row_o)
+            offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+            rows = gl.expand_dims(offs_mo, 1)
+            o_base = bh.to(gl.int64) * n_q * HEAD_DIM
+            ptrs = O + o_base + rows * HEAD_DIM + gl.expand_dims(offs_d, 0)
+            gl.store(ptrs, o.to(dtype), mask=(rows < n_q) & (gl.expand_dims(offs_d, 0) < HEAD_DIM))
+            lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+            gl.store(LSE + bh.to(gl.int64) * n_q + offs_m, lse, mask=offs_m < n_q)
 
     @gluon.jit
-    def _fa3g_fwd(q_desc, k_desc, v_desc, O, LSE, qk_scale, n_q, n_kv, causal_off,
+    def _fa3g_fwd(q_desc, k_desc, v_desc, O, LSE, qk_scale, n_q, n_kv, causal_off, n_tiles,
                   H: gl.constexpr, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                   ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                   CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
-        n_tiles = gl.num_programs(0)
-        pid = gl.program_id(0)
-        if CAUSAL:
-            # the heaviest tiles (most K/V blocks) first: less tail imbalance
-            pid = n_tiles - 1 - pid
-        bh = gl.program_id(1)
-        b = bh // H
-        h = bh % H
-        kvh = b * (H // GROUP) + h // GROUP
-        row0 = pid * (2 * ROWS)
-        q_row = bh * n_q + row0
-        kv_row0 = kvh * n_kv
-        n_blocks = gl.cdiv(n_kv, BLOCK_N)
-        if CAUSAL:
-            last_row = gl.minimum(row0 + 2 * ROWS, n_q) - 1
-            n_blocks = gl.minimum(n_blocks, gl.cdiv(last_row + causal_off + 1, BLOCK_N))
-        # at least one block: a tile whose rows see no key (causal with Nq > Nkv)
-        # runs block 0 fully masked, which yields NaN rows as the fp64 reference does
-        n_iter = gl.maximum(n_blocks, 1)
-
+        # 1-D grid over tiles t = (b*H + h) * n_m + m; a CTA takes tiles
+        # pid, pid + grid, ... (persistent when the grid is smaller than n_tiles)
+        n_m = gl.cdiv(n_q, 2 * ROWS)
         dtype: gl.constexpr = q_desc.dtype
         q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-        q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(2):
-            mbarrier.init(q_bars.index(i), count=1)
+            mbarrier.init(q_ready.index(i), count=1)
+            mbarrier.init(q_empty.index(i), count=1)
             mbarrier.init(turn.index(i), count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
@@ -250,29 +283,43 @@ if HAVE_GLUON:
             mbarrier.init(k_empty.index(i), count=2)  # both consumers release a slot
             mbarrier.init(v_empty.index(i), count=2)
 
-        o_base = bh.to(gl.int64) * n_q * HEAD_DIM
-        lse_base = bh.to(gl.int64) * n_q
         gl.warp_specialize([
-            (_fa3g_consumer, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
-                              turn, O, LSE, qk_scale, n_q, n_kv, causal_off, row0, o_base,
-                              lse_base, n_iter, 0, HEAD_DIM, ROWS, BLOCK_N, STAGES, CAUSAL,
+            (_fa3g_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
+                              v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m,
+                              n_tiles, 0, H, GROUP, HEAD_DIM, ROWS, BLOCK_N, STAGES, CAUSAL,
                               PINGPONG)),
-            (_fa3g_consumer, (q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
-                              turn, O, LSE, qk_scale, n_q, n_kv, causal_off, row0, o_base,
-                              lse_base, n_iter, 1, HEAD_DIM, ROWS, BLOCK_N, STAGES, CAUSAL,
+            (_fa3g_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
+                              v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m,
+                              n_tiles, 1, H, GROUP, HEAD_DIM, ROWS, BLOCK_N, STAGES, CAUSAL,
                               PINGPONG)),
-            (_fa3g_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready,
-                              k_empty, v_ready, v_empty, q_row, kv_row0, n_iter, ROWS, BLOCK_N,
-                              STAGES)),
+            (_fa3g_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
+                              k_ready, k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m,
+                              n_tiles, H, GROUP, ROWS, BLOCK_N, STAGES, CAUSAL)),
         ], [4, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
 
 
 def default_config(problem: AttentionProblem) -> TileConfig:
     """128 query rows (2 consumers x 64), block_n 128; 2 stages at D=128 (FA3's
-    choice for hdim 128: Q 32 KB + 2 x 64 KB), 3 at D=64."""
+    choice for hdim 128: Q 32 KB + 2 x 64 KB), 3 at D=64. Pingpong off: on the
+    H100 the mbarrier-based turn-taking measured no gain (equal or up to a few
+    % slower, kernels/NOTES.md); pass a TileConfig with pingpong=True for it."""
     stages = 2 if problem.head_dim > 64 else 3
     return TileConfig(block_m=BLOCK_M, block_n=128, num_warps=12, num_stages=stages, mma="wgmma",
-                      consumer_warpgroups=CONSUMERS)
+                      consumer_warpgroups=CONSUMERS, pingpong=False)
+
+
+def cfg_persistent(problem: AttentionProblem) -> bool:
+    return not problem.causal
+
+
+_SMS = {}
+
+
+def _sm_count(device) -> int:
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SMS:
+        _SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SMS[idx]
 
 
 def _check(problem: AttentionProblem, cfg: TileConfig) -> None:
@@ -308,13 +355,17 @@ def _layout(block, torch_dtype):
 
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
-            return_lse=False, pingpong=None):
+            return_lse=False, pingpong=None, persistent=None):
     """FA3 forward with explicit producer / 2-consumer warp specialisation.
     Same contract as kernels.fa3.forward (q [B,H,Nq,D], k/v [B,KVH,Nkv,D];
     returns O, or (O, LSE) with return_lse). config: block_m must be 128 and
     consumer_warpgroups 2; block_n and num_stages are used; num_warps is not
     (the CTA always has 2 consumer warpgroups + a 1-warp producer, 12 warp
-    slots). pingpong defaults to config.pingpong (True when config is None)."""
+    slots). pingpong defaults to config.pingpong (default_config: False).
+    persistent: one CTA per SM looping over the tiles (default: non-causal
+    only; causal tiles differ in length, and the hardware's own dynamic
+    scheduling of a one-tile-per-CTA grid balances them better than a static
+    round-robin would)."""
     problem = problem_of(q, k, v, causal)
     _require_hopper(q.device)
     cfg = config if config is not None else default_config(problem)
@@ -332,9 +383,11 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     kv_block = [cfg.block_n, d]
     k_desc = TensorDescriptor.from_tensor(k2, kv_block, _layout(kv_block, q.dtype))
     v_desc = TensorDescriptor.from_tensor(v2, kv_block, _layout(kv_block, q.dtype))
-    grid = (cdiv(nq, BLOCK_M), b * h)
+    n_tiles = cdiv(nq, BLOCK_M) * b * h
+    persistent = cfg_persistent(problem) if persistent is None else bool(persistent)
+    grid = (min(n_tiles, _sm_count(q.device)) if persistent else n_tiles, )
     launch(_fa3g_fwd[grid], q_desc, k_desc, v_desc, o, lse, scale * LOG2E, nq, nkv,
-           problem.causal_offset, H=h, GROUP=h // kvh, HEAD_DIM=d, ROWS=ROWS_PER_CONSUMER,
+           problem.causal_offset, n_tiles, H=h, GROUP=h // kvh, HEAD_DIM=d, ROWS=ROWS_PER_CONSUMER,
            BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=problem.causal, PINGPONG=pp,
            num_warps=4, maxnreg=MAXNREG)
     return (o, lse) if return_lse else o
@@ -360,7 +413,7 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
     pdt = "*" + problem.dtype
     sig = {"q_desc": desc([ROWS_PER_CONSUMER, d]), "k_desc": desc([cfg.block_n, d]),
            "v_desc": desc([cfg.block_n, d]), "O": pdt, "LSE": "*fp32", "qk_scale": "fp32",
-           "n_q": "i32", "n_kv": "i32", "causal_off": "i32",
+           "n_q": "i32", "n_kv": "i32", "causal_off": "i32", "n_tiles": "i32",
            "H": "constexpr", "GROUP": "constexpr", "HEAD_DIM": "constexpr", "ROWS": "constexpr",
            "BLOCK_N": "constexpr", "STAGES": "constexpr", "CAUSAL": "constexpr", "PINGPONG": "constexpr"}
     consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": d,

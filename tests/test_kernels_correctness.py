@@ -195,6 +195,7 @@ FA3_GLUON_CASES = [
     (1, 4, 4, 4001, 4001, 64, True, torch.bfloat16),    # odd length, causal, D=64
     (2, 4, 2, 1024, 1024, 128, False, torch.float16),   # exact tiles, fp16
     (1, 2, 2, 64, 100, 128, False, torch.bfloat16),     # one partial Q tile, two K/V blocks
+    (4, 16, 4, 1000, 1000, 64, False, torch.float16),   # 512 tiles: > 1 tile per persistent CTA
 ]
 FA3_GLUON_CONFIGS = {
     "default": None,
@@ -211,6 +212,22 @@ def test_fa3_gluon_matches_fp64(case, config):
     from kernels import fa3_gluon
 
     lse_err, tag = check(fa3_gluon.forward, case, FA3_GLUON_CONFIGS[config], _seed())
+    assert lse_err <= 1e-3, f"LSE error {lse_err:.3e}: {tag}"
+
+
+@pytest.mark.skipif(not _gluon_hopper(), reason="fa3_gluon needs a Hopper GPU (sm_90) and Gluon")
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("case", [(4, 16, 4, 1000, 1000, 128, True, torch.bfloat16),
+                                  (2, 16, 2, 2000, 2000, 128, False, torch.bfloat16)], ids=str)
+def test_fa3_gluon_persistent_and_grid(case, persistent):
+    """Both launch modes on every problem: one tile per CTA (default when
+    causal) and one CTA per SM looping over tiles (default otherwise)."""
+    import functools
+
+    from kernels import fa3_gluon
+
+    fwd = functools.partial(fa3_gluon.forward, persistent=persistent)
+    lse_err, tag = check(fwd, case, None, _seed())
     assert lse_err <= 1e-3, f"LSE error {lse_err:.3e}: {tag}"
 
 

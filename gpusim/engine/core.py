@@ -20,15 +20,19 @@ a CTA is a SimPy process interpreting its ops:
 Fast path (fast=True), in two levels, both extrapolating measured time:
 1. Loop fast-forward: in a run of iterations with equal Loop.key (equal ops,
    tiles aside), once two consecutive iterations take the same time (1%), or
-   after 8, the rest of the run is skipped: the CTA is extended by the skipped
-   count × the measured period at its end, and the skipped work is charged
-   to every unit as background load over that extension. Requested bytes
-   are exact (equal keys mean equal sizes); HBM bytes use the measured miss
-   rate. Roles of a multi-role CTA (FA3) skip the same count, so barrier
-   tokens stay balanced.
-2. CTA ghosting: once the last three real CTAs of a cost class (Launch.cost_key)
-   took the same time (1%), later CTAs of that class hold their slot for that
-   time with their mean work as background load, in batches over long runs.
+   after 8, the rest of the run is skipped: a single-role CTA waits out the
+   skipped count × the measured period now, a multi-role CTA (FA3) at its end
+   (its roles skip the same count, so barrier tokens stay balanced). The
+   skipped work is background load on every unit it would have used, SM and
+   global, arriving as a fluid over that window (servers.Server). Requested
+   bytes are exact (equal keys mean equal sizes); loops that declare their
+   accesses (Loop.memory) pass the skipped tiles through L2 untimed for the
+   HBM bytes, others take the sampled miss rate.
+2. CTA ghosting: once the CTAs of a cost class (Launch.cost_key) that started
+   under steady contention -- after the first wave, with L2 settled (full,
+   and rid of an earlier launch's dirty tiles) -- take the same time, later
+   CTAs of that class hold their slot for that time with their mean work as
+   background load, in batches over long runs.
 fast=False simulates every operation; tests hold the two paths together.
 """
 from __future__ import annotations

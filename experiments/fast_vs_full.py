@@ -1,0 +1,84 @@
+"""How far is the engine's fast path from its full simulation? A benchmark of
+the model against itself (no GPU): ten shapes across the four algorithms,
+each predicted with fast=True and fast=False on the h100 profile.
+
+    python experiments/fast_vs_full.py [--out experiments/results/fast_vs_full.csv] [--jobs 2]
+
+The full simulation times every operation of every CTA (seconds to tens of
+seconds a shape); the fast path extrapolates steady loops and CTA classes
+(gpusim/engine/core.py). Both are the same model: the difference is the fast
+path's own error, apart from the model's error against the GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from algorithms.problem import AttentionProblem, TileConfig  # noqa: E402
+from gpusim import predict  # noqa: E402
+from gpusim.artifacts import write_csv  # noqa: E402
+from kernels.provenance import git_commit  # noqa: E402
+
+# (algo, batch, heads, seqlen, head_dim, causal, (block_m, block_n, warps, stages) or None = default)
+CASES = [
+    ("standard", 16, 16, 1024, 128, False, None),
+    ("standard", 4, 16, 2048, 64, True, None),
+    ("fa2", 4, 16, 4096, 64, False, None),
+    ("fa2", 4, 16, 4096, 128, True, None),
+    ("fa2", 16, 32, 1024, 64, False, (64, 32, 4, 2)),
+    ("fa2", 2, 16, 8192, 128, False, (64, 64, 4, 3)),
+    ("fa1", 4, 32, 1024, 64, False, None),
+    ("fa1", 1, 16, 4096, 128, True, None),
+    ("fa3", 4, 16, 4096, 128, True, None),
+    ("fa3", 16, 32, 1024, 64, False, None),
+]
+
+
+def _one(case):
+    algo, b, h, n, d, causal, cfg = case
+    problem = AttentionProblem(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=causal)
+    config = TileConfig(block_m=cfg[0], block_n=cfg[1], num_warps=cfg[2], num_stages=cfg[3]) if cfg else None
+    out = {}
+    for fast in (True, False):
+        t0 = time.perf_counter()
+        p = predict(problem, config, "h100", algo=algo, fast=fast)
+        out[fast] = (p, time.perf_counter() - t0)
+    (f, tf), (s, ts) = out[True], out[False]
+    rel = lambda a, b: round(a / b - 1, 4) if b else float("nan")
+    return {"algo": algo, "batch": b, "heads": h, "seqlen": n, "head_dim": d, "causal": causal,
+            "config": "default" if cfg is None else "x".join(map(str, cfg)),
+            "fast_us": round(f.runtime_us, 2), "full_us": round(s.runtime_us, 2),
+            "runtime_err": rel(f.runtime_us, s.runtime_us),
+            "hbm_read_err": rel(f.hbm_read_bytes, s.hbm_read_bytes),
+            "hbm_write_err": rel(f.hbm_write_bytes, s.hbm_write_bytes),
+            "fast_wall_s": round(tf, 2), "full_wall_s": round(ts, 2)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "experiments/results/fast_vs_full.csv"))
+    ap.add_argument("--jobs", type=int, default=2)
+    a = ap.parse_args(argv)
+    rows = []
+    with ProcessPoolExecutor(a.jobs) as ex:
+        for row in ex.map(_one, CASES):
+            row.update(git_commit=git_commit(), date=time.strftime("%Y-%m-%d"),
+                       command="python experiments/fast_vs_full.py")
+            rows.append(row)
+            print(f"{row['algo']:8s} B{row['batch']} H{row['heads']} N{row['seqlen']} D{row['head_dim']} "
+                  f"causal={int(row['causal'])} {row['config']}: fast {row['fast_us']:.1f} us, "
+                  f"full {row['full_us']:.1f} us ({row['runtime_err']:+.1%}); HBM read "
+                  f"{row['hbm_read_err']:+.1%}", flush=True)
+    write_csv(a.out, rows)
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

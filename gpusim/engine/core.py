@@ -296,7 +296,8 @@ class Engine:
                 if missed is None:   # nested loops: too many ops to replay
                     self.mem.pollute(env.now, until, count * samples[-1][1][MISS],
                                      count * samples[-1][1][STORE])
-                wait = self._extrapolate(role, samples[-2:], count, cta, role.skip is None, missed)
+                wait = self._extrapolate(role, samples[-2:], period, count, cta, role.skip is None,
+                                         missed)
                 i += count
                 if wait:
                     self.events += 1
@@ -319,13 +320,12 @@ class Engine:
                 accesses.append((op.tile, op.nbytes, op.__class__ is Store))
         return self.mem.touch(self.env.now, until, accesses)
 
-    def _extrapolate(self, role: _Role, samples, count: int, cta: _Cta, in_place: bool,
-                     missed: int | None = None) -> float:
+    def _extrapolate(self, role: _Role, samples, period: float, count: int, cta: _Cta,
+                     in_place: bool, missed: int | None = None) -> float:
         """Charge `count` skipped iterations to the role. In place (single-role
         CTAs) the role waits them out now, their work a background load over
         the wait; otherwise (multi-role CTAs, whose roles must stay in step)
         the CTA is extended at its end. Returns the time to wait now."""
-        period = (samples[0][0] + samples[1][0]) / 2
         last = samples[1][1]
         mean = [(a + b) / 2 for a, b in zip(samples[0][1], last)]
         work = [0.0] * N_COUNTERS

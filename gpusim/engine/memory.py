@@ -22,6 +22,12 @@ FULL = 0.95
 STALE_DIRTY_TOLERANCE = 0.02
 
 
+def _dirty_bytes(size: int, dirty) -> int:
+    """A line's dirty field is True for a stored tile (all of it dirty) or,
+    for a phantom, the count of its bytes that are dirty."""
+    return size if dirty is True else dirty
+
+
 class MemorySystem:
     def __init__(self, gpu):
         clock = gpu.clock_hz
@@ -78,13 +84,7 @@ class MemorySystem:
             for tile, nbytes, is_store in accesses:
                 line = lines.get(tile)
                 if is_store:
-                    if line is not None:
-                        lines.move_to_end(tile)
-                        if line[2] and line[3] != self.launch:
-                            self.stale_dirty -= line[0] if line[2] is True else line[2]
-                        line[2], line[3] = True, self.launch
-                    else:
-                        self._insert(now, tile, nbytes, now, True)
+                    self._write_tile(now, tile, nbytes)
                     continue
                 self.requested += nbytes
                 if line is not None:
@@ -102,15 +102,19 @@ class MemorySystem:
         """A tile written back to global memory through L2; returns when the SM is done with it."""
         t_port = port.serve(now, nbytes * self.port_s_per_byte)
         t_l2 = self.l2.serve(now, nbytes * self.l2_s_per_byte)
-        line = self.lines.get(tile)
-        if line is not None:
-            self.lines.move_to_end(tile)
-            if line[2] and line[3] != self.launch:
-                self.stale_dirty -= line[0] if line[2] is True else line[2]
-            line[2], line[3] = True, self.launch
-        else:
-            self._insert(now, tile, nbytes, now, True)
+        self._write_tile(now, tile, nbytes)
         return t_port if t_port > t_l2 else t_l2
+
+    def _write_tile(self, now: float, tile, nbytes: int) -> None:
+        """A stored tile becomes dirty in L2 (and this launch's)."""
+        line = self.lines.get(tile)
+        if line is None:
+            self._insert(now, tile, nbytes, now, True)
+            return
+        self.lines.move_to_end(tile)
+        if line[2] and line[3] != self.launch:
+            self.stale_dirty -= _dirty_bytes(line[0], line[2])
+        line[2], line[3] = True, self.launch
 
     def _insert(self, now, tile, nbytes, ready, dirty) -> None:
         if nbytes > self.capacity:
@@ -123,13 +127,13 @@ class MemorySystem:
             _, (size, _, dirty, launch) = self.lines.popitem(last=False)
             self.used -= size
             if dirty and launch != self.launch:
-                self.stale_dirty -= size if dirty is True else dirty
-            if dirty:  # True for a stored tile; a phantom holds its dirty byte count
-                self._write_back(now, size if dirty is True else dirty)
+                self.stale_dirty -= _dirty_bytes(size, dirty)
+            if dirty:
+                self._write_back(now, _dirty_bytes(size, dirty))
 
     def begin_launch(self) -> None:
         self.launch += 1
-        self.stale_dirty = sum((size if dirty is True else dirty)
+        self.stale_dirty = sum(_dirty_bytes(size, dirty)
                                for size, _, dirty, _ in self.lines.values() if dirty)
 
     def settled(self) -> bool:
@@ -188,6 +192,6 @@ class MemorySystem:
         """End of the run: dirty lines reach HBM (counted, not timed)."""
         for size, _, dirty, _ in self.lines.values():
             if dirty:
-                self.hbm_write += size if dirty is True else dirty
+                self.hbm_write += _dirty_bytes(size, dirty)
         for line in self.lines.values():
             line[2] = False

@@ -323,6 +323,26 @@ def triton_kernels():
         tl.store(C + pid * BM * BN + rm[:, None] * BN + rn[None, :], acc)
 
     @triton.jit
+    def dot_shape(A, B, C, iters, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  A_IN_REGS: tl.constexpr):
+        # One attention-sized product per iteration. A_IN_REGS: A is rebuilt in
+        # registers every iteration (as FA's P is), so wgmma takes it from registers
+        # and reads only B from SMEM; otherwise both operands sit in SMEM (Q Kᵀ).
+        pid = tl.program_id(0)
+        rm = tl.arange(0, BM)
+        rn = tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        a = tl.load(A + rm[:, None] * BK + rk[None, :])
+        b = tl.load(B + rk[:, None] * BN + rn[None, :])
+        acc = tl.zeros([BM, BN], tl.float32)
+        for i in range(iters):
+            if A_IN_REGS:
+                acc = tl.dot(a + (i & 1).to(a.dtype), b, acc)
+            else:
+                acc = tl.dot(a, b, acc)
+        tl.store(C + pid * BM * BN + rm[:, None] * BN + rn[None, :], acc)
+
+    @triton.jit
     def exp2_loop(OUT, iters, BLOCK: tl.constexpr):
         pid = tl.program_id(0)
         offs = tl.arange(0, BLOCK)
@@ -336,7 +356,7 @@ def triton_kernels():
         pass
 
     return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, l2_read=l2_read,
-                dot_loop=dot_loop, exp2_loop=exp2_loop, empty=empty)
+                dot_loop=dot_loop, dot_shape=dot_shape, exp2_loop=exp2_loop, empty=empty)
 
 
 DOT_SHAPES = {"bf16": (128, 256, 64), "fp16": (128, 256, 64), "fp8": (128, 256, 128)}
@@ -660,6 +680,49 @@ def _dot_tflops(r: Runner, K, dt: str):
                  f"{iters} iters; {ms:.2f} ms")
 
 
+# Attention-sized products (bf16): (BM, BN, BK, warps, A in registers).
+# SS rows are Q Kᵀ (BK = head dim, BN = block_n); RS rows are P V (BK = block_n,
+# BN = head dim, P in registers). Enough CTAs per SM to hide issue latency, so
+# each figure is the tensor cores' sustained rate for that instruction mix.
+WGMMA_SHAPES = ([(bm, bn, bk, w, 0) for bm in (64, 128) for bn in (16, 32, 64, 128, 256)
+                 for bk in (64, 128) for w in (4, 8)]
+                + [(bm, bn, bk, w, 1) for bm in (64, 128) for bn in (64, 128)
+                   for bk in (16, 32, 64, 128) for w in (4, 8)])
+
+
+def bench_wgmma_shapes(r: Runner, K):
+    """Tensor-core throughput per attention-sized tl.dot shape: how the rate falls
+    with narrow wgmma instructions (small N) and with A read from SMEM."""
+    import re
+
+    torch = r.torch
+    for bm, bn, bk, warps, a_regs in WGMMA_SHAPES:
+        a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
+        b = (torch.randn(bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        grid = r.sms * 8
+        c = torch.empty(grid * bm * bn, device="cuda", dtype=torch.float32)
+        iters = max(64, int(4e11 / (grid * 2 * bm * bn * bk)))
+        if r.args.quick:
+            iters = max(16, iters // 8)
+
+        def fn():
+            return K["dot_shape"][(grid,)](a, b, c, iters, BM=bm, BN=bn, BK=bk, A_IN_REGS=a_regs,
+                                          num_warps=warps, num_stages=1)
+
+        compiled = fn()
+        torch.cuda.synchronize()
+        ptx = compiled.asm.get("ptx", "")
+        instr = sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)))
+        with r.sampler() as s:
+            ms = r.event_loop(fn, n=7)
+        flops = 2.0 * bm * bn * bk * iters * grid
+        mode = "RS" if a_regs else "SS"
+        r.add("wgmma_shape", f"{mode}_{bm}x{bn}x{bk}_w{warps}", flops / (ms * 1e-3) / 1e12, "TFLOP/s",
+              s.mhz, detail=f"bf16 tl.dot loop, A {'in registers' if a_regs else 'in SMEM'}, "
+                            f"instructions {'/'.join(instr) or '?'}, smem {compiled.metadata.shared} B, "
+                            f"{grid} CTAs x {iters} iters; {ms:.3f} ms")
+
+
 def _clock_of(clk):
     """SM clock (MHz) from per-block (clock64 cycles, globaltimer ns) pairs."""
     import numpy as np
@@ -885,6 +948,7 @@ def cmd_run(args) -> int:
     steps = [("device", lambda: bench_device(r)), ("hbm", lambda: bench_hbm(r, K)),
              ("l2", lambda: bench_l2(r, K)),
              ("wgmma", lambda: [_dot_tflops(r, K, dt) for dt in ("bf16", "fp16", "fp8")]),
+             ("wgmma_shapes", lambda: bench_wgmma_shapes(r, K)),
              ("cuda", lambda: mod and bench_cuda(r, mod)),
              ("exp2_triton", lambda: bench_exp2_triton(r, K)),
              ("latency", lambda: mod and bench_latency(r, mod)),
@@ -1158,7 +1222,7 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,l2,wgmma,cuda,"
-                                              "exp2_triton,latency,launch")
+                                              "wgmma_shapes,exp2_triton,latency,launch")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("check", help="compile every microkernel for sm_90 here and show its SASS")
     p.set_defaults(func=cmd_check)

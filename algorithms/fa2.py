@@ -23,6 +23,22 @@ ALU_PER_MASKED_SCORE = 1
 ALU_PER_ACC = 1
 # Epilogue per output element: divide by l and convert.
 ALU_EPILOGUE_PER_OUT = 2
+# Triton 3.6's sm_90 layout gives each warpgroup (4 warps) 64-row slices of
+# the Q block (wgmma is m64). Warpgroups beyond block_m / 64 do not split the
+# rows: each computes all of S = Q Kᵀ and its softmax, in instructions of
+# N = block_n / replicas, and they split P V along the head dim. Read off the
+# PTX of cross-compiled kernels (64x64, 8 warps: every thread issues
+# 16 m64n32k16 wgmma and 32 ex2 per iteration, as many as with 4 warps);
+# experiments/triton_smem_probe.py records it per config and a test checks it.
+TRITON_WARPGROUP_ROWS = 64
+WARPS_PER_WARPGROUP = 4
+
+
+def warpgroup_replicas(cfg: TileConfig) -> int:
+    """How many warpgroups compute each row of S (1 unless 8 warps share 64 rows)."""
+    warpgroups = max(1, cfg.num_warps // WARPS_PER_WARPGROUP)
+    slices = max(1, cfg.block_m // TRITON_WARPGROUP_ROWS)
+    return max(1, warpgroups // slices)
 
 
 def kv_trips(problem: AttentionProblem, block_n: int, last_row: int) -> int:
@@ -80,6 +96,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     bm, bn = cfg.block_m, cfg.block_n
     n_qb = cdiv(p.seqlen_q, bm)
     bh = p.batch * p.heads
+    reps = warpgroup_replicas(cfg)
 
     def program(cta: int) -> CtaProgram:
         qb, b, h, kvh, rows_q, trips = locate_q_block(p, cfg, cta)
@@ -90,14 +107,17 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                     Load(Tile("V", b, kvh, j), rows_k * d * e)]
 
         def compute_of(j: int):
-            scores = bm * bn
+            # every warpgroup computing a row of S counts (see warpgroup_replicas)
+            scores = bm * bn * reps
             alu = scores * ALU_PER_SCORE + bm * d * ALU_PER_ACC
             if block_is_masked(p, cfg, qb, j):
                 alu += scores * ALU_PER_MASKED_SCORE
-            return [Mma(bm, bn, d, p.dtype, cfg.mma),      # S = Q Kᵀ
-                    Exp(scores + bm),                      # P = exp2(S - m), alpha
+            return [Mma(bm * reps, bn, d, p.dtype, cfg.mma,     # S = Q Kᵀ, Q from SMEM
+                        instr_n=bn // reps),
+                    Exp(scores + bm * reps),                    # P = exp2(S - m), alpha
                     Alu(alu),
-                    Mma(bm, d, bn, p.dtype, cfg.mma)]      # O += P V
+                    Mma(bm, d, bn, p.dtype, cfg.mma,            # O += P V, P in registers
+                        a_in_smem=False, instr_n=d // reps)]
 
         def key_of(j: int):
             return block_is_masked(p, cfg, qb, j), min(bn, p.seqlen_kv - j * bn)

@@ -100,7 +100,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
             take_turn = [Wait(f"turn.{w}")] if cfg.pingpong and cw > 1 else []
             give_turn = [Arrive(f"turn.{nxt}")] if cfg.pingpong and cw > 1 else []
             qk = Mma(rows, bn, d, p.dtype, "wgmma", is_async=True)
-            pv = Mma(rows, d, bn, p.dtype, "wgmma", is_async=True)
+            pv = Mma(rows, d, bn, p.dtype, "wgmma", is_async=True, a_in_smem=False)  # P in registers
 
             def softmax(j: int) -> list[Item]:
                 scores = rows * bn

@@ -56,7 +56,14 @@ class Store:
 class Mma:
     """`count` matrix products of [m, k] x [k, n] in `dtype` on the tensor cores.
     kind: "mma.sync", "wgmma" or "auto" (the GPU picks, as Triton would).
-    is_async: wgmma-style issue; the role continues and later waits with MmaWait."""
+    is_async: wgmma-style issue; the role continues and later waits with MmaWait.
+
+    How a wgmma reads its operands (the compiled kernel's instruction mix):
+    a_in_smem: A comes from shared memory (Q Kᵀ) rather than registers (P V);
+    instr_n: the N of each instruction (0: n, one instruction spans all
+    columns). Narrow instructions re-read A for every slice of N, which is
+    what bounds them by SMEM bandwidth. m counts every row the warpgroups
+    compute, so a product that two warpgroups both compute has twice its rows."""
 
     m: int
     n: int
@@ -65,6 +72,8 @@ class Mma:
     kind: str = "auto"
     count: int = 1
     is_async: bool = False
+    a_in_smem: bool = True
+    instr_n: int = 0
 
     @property
     def flops(self) -> int:

@@ -343,6 +343,41 @@ def triton_kernels():
         tl.store(C + pid * BM * BN + rm[:, None] * BN + rn[None, :], acc)
 
     @triton.jit
+    def dot_exp_mix(A, B, C, iters, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                    DOT: tl.constexpr, EXP: tl.constexpr, SPLIT: tl.constexpr):
+        # Can an SM run the tensor cores and the SFU at once? Each iteration does one
+        # [BM, BK] x [BK, BN] product (DOT) and/or one exp2 per element of a
+        # [BM, BN] fp32 tile (EXP), on independent data. SPLIT: even CTAs only
+        # multiply and odd CTAs only exponentiate, so the two kinds of work come
+        # from different warps of the same SM.
+        pid = tl.program_id(0)
+        rm = tl.arange(0, BM)
+        rn = tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        a = tl.load(A + rm[:, None] * BK + rk[None, :])
+        b = tl.load(B + rk[:, None] * BN + rn[None, :])
+        acc = tl.zeros([BM, BN], tl.float32)
+        x = (rm[:, None] * BN + rn[None, :] + pid).to(tl.float32) * 1e-6
+        if SPLIT:
+            if pid % 2 == 0:
+                for i in range(iters):
+                    acc = tl.dot(a, b, acc)
+            else:
+                for i in range(iters):
+                    x = tl.exp2(-x)
+        elif DOT and EXP:
+            for i in range(iters):
+                acc = tl.dot(a, b, acc)
+                x = tl.exp2(-x)
+        elif DOT:
+            for i in range(iters):
+                acc = tl.dot(a, b, acc)
+        else:
+            for i in range(iters):
+                x = tl.exp2(-x)
+        tl.store(C + pid * BM * BN + rm[:, None] * BN + rn[None, :], acc + x)
+
+    @triton.jit
     def exp2_loop(OUT, iters, BLOCK: tl.constexpr):
         pid = tl.program_id(0)
         offs = tl.arange(0, BLOCK)
@@ -356,7 +391,7 @@ def triton_kernels():
         pass
 
     return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, l2_read=l2_read,
-                dot_loop=dot_loop, dot_shape=dot_shape, exp2_loop=exp2_loop, empty=empty)
+                dot_loop=dot_loop, dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, exp2_loop=exp2_loop, empty=empty)
 
 
 DOT_SHAPES = {"bf16": (128, 256, 64), "fp16": (128, 256, 64), "fp8": (128, 256, 128)}
@@ -723,6 +758,36 @@ def bench_wgmma_shapes(r: Runner, K):
                             f"{grid} CTAs x {iters} iters; {ms:.3f} ms")
 
 
+def bench_dot_exp_overlap(r: Runner, K):
+    """Whether tensor-core and exp2 work overlap on an SM: time per iteration of a
+    product alone, exp2 alone, both in the same warps, and both from different CTAs
+    on the same SM (SPLIT, twice the CTAs so each SM gets the same work as 'both').
+    Overlap would make 'both' close to max(dot, exp); none makes it their sum."""
+    torch = r.torch
+    for bm, bn, bk, warps in ((64, 64, 128, 4), (128, 64, 128, 8), (64, 128, 64, 4)):
+        a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
+        b = (torch.randn(bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        iters = 2048 if not r.args.quick else 256
+        per_sm = 2
+        for mode, (dot, ex, split) in {"dot": (1, 0, 0), "exp": (0, 1, 0), "both": (1, 1, 0),
+                                       "split": (1, 1, 1)}.items():
+            grid = r.sms * per_sm * (2 if split else 1)
+            c = torch.empty(grid * bm * bn, device="cuda", dtype=torch.float32)
+
+            def fn():
+                K["dot_exp_mix"][(grid,)](a, b, c, iters, BM=bm, BN=bn, BK=bk, DOT=dot, EXP=ex,
+                                          SPLIT=split, num_warps=warps, num_stages=1)
+
+            fn()
+            torch.cuda.synchronize()
+            with r.sampler() as s:
+                ms = r.event_loop(fn, n=7)
+            # wall time per iteration: every SM runs per_sm CTAs (x2 when split) at once
+            r.add("dot_exp_overlap", f"{bm}x{bn}x{bk}_w{warps}_{mode}", ms * 1e3 / iters, "us/iter",
+                  s.mhz, detail=f"{grid} CTAs ({per_sm} per SM{', x2: half dot, half exp' if split else ''}) "
+                               f"x {iters} iters; {ms:.3f} ms")
+
+
 def _clock_of(clk):
     """SM clock (MHz) from per-block (clock64 cycles, globaltimer ns) pairs."""
     import numpy as np
@@ -949,6 +1014,7 @@ def cmd_run(args) -> int:
              ("l2", lambda: bench_l2(r, K)),
              ("wgmma", lambda: [_dot_tflops(r, K, dt) for dt in ("bf16", "fp16", "fp8")]),
              ("wgmma_shapes", lambda: bench_wgmma_shapes(r, K)),
+             ("dot_exp_overlap", lambda: bench_dot_exp_overlap(r, K)),
              ("cuda", lambda: mod and bench_cuda(r, mod)),
              ("exp2_triton", lambda: bench_exp2_triton(r, K)),
              ("latency", lambda: mod and bench_latency(r, mod)),
@@ -1222,7 +1288,7 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,l2,wgmma,cuda,"
-                                              "wgmma_shapes,exp2_triton,latency,launch")
+                                              "wgmma_shapes,dot_exp_overlap,exp2_triton,latency,launch")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("check", help="compile every microkernel for sm_90 here and show its SASS")
     p.set_defaults(func=cmd_check)

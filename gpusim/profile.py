@@ -29,7 +29,8 @@ SCHEMA: dict[str, dict[str, tuple[type, object, object]]] = {
     "tensor_cores": {"peak_dense_tflops_16bit": (float, 1, 100000),
                      "peak_dense_tflops_fp8": (float, 0, 100000),
                      "sustained_fraction": (float, 0.01, 1.0),
-                     "mma_sync_relative_rate": (float, 0.01, 1.0)},
+                     "mma_sync_relative_rate": (float, 0.01, 1.0),
+                     "wgmma_rows": (int, 1, 1024), "wgmma_k_bytes": (int, 1, 1024)},
     "units": {"exp2_per_clk_per_sm": (float, 1, 4096), "alu_ops_per_clk_per_sm": (float, 1, 8192),
               "smem_bytes_per_clk_per_sm": (float, 1, 8192)},
     "l2": {"capacity_bytes": (int, 0, 1 << 34), "bandwidth_gbps": (float, 1, 1e6),
@@ -78,6 +79,20 @@ class HardwareProfile:
         if kind == "mma.sync" and self.features.wgmma:
             rate *= tc.mma_sync_relative_rate
         return rate
+
+    def wgmma_operand_bytes(self, m: int, n: int, k: int, elem_bytes: int, a_in_smem: bool,
+                            instr_n: int = 0) -> float:
+        """Shared-memory bytes the tensor cores read for an [m, k] x [k, n] wgmma
+        product: it runs as (m / wgmma_rows) x (n / instr_n) x (k bytes /
+        wgmma_k_bytes) instructions, each reading its B slice (instr_n x
+        wgmma_k_bytes) and, when A is in SMEM, its A slice (wgmma_rows x
+        wgmma_k_bytes). So A is re-read once per N slice and B once per 64 rows."""
+        tc = self.tensor_cores
+        instr_n = instr_n or n
+        k_bytes = k * elem_bytes
+        a = m * k_bytes * (n / instr_n) if a_in_smem else 0.0
+        b = n * k_bytes * (m / tc.wgmma_rows)
+        return a + b
 
     def resolve_mma(self, kind: str, num_warps: int) -> str:
         """What an 'auto' matrix instruction becomes: wgmma on GPUs that have

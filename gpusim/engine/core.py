@@ -43,6 +43,7 @@ import simpy
 
 from algorithms.ops import (LD, TMA, Alu, Arrive, Exp, Load, Loop, Mma, MmaWait, SmemIO, Store,
                             SyncThreads, Wait)
+from algorithms.problem import DTYPE_BYTES
 from algorithms.schedule import Launch, Schedule
 
 from .memory import MemorySystem
@@ -150,6 +151,7 @@ class Engine:
         self.tma_extra = gpu.copy.tma_extra_latency_cycles / clock
         self.launch_gap = gpu.launch.kernel_launch_us * 1e-6
         self._mma_rates: dict[tuple, float] = {}
+        self._wgmma_smem: dict[tuple, float] = {}
         self.totals = [0.0] * N_COUNTERS
         self.events = 0
         self._ops = {Mma: self._mma, Load: self._load, Store: self._store, Exp: self._exp,
@@ -166,6 +168,20 @@ class Engine:
             self._mma_rates[key] = rate
         return rate
 
+    def _wgmma_smem_s(self, op: Mma) -> float:
+        """Seconds of SMEM bandwidth a wgmma's operand reads take (0 for mma.sync,
+        whose operands the warps stage in registers with their own SmemIO)."""
+        key = (op, self._num_warps)
+        s = self._wgmma_smem.get(key)
+        if s is None:
+            s = 0.0
+            if self.gpu.resolve_mma(op.kind, self._num_warps) == "wgmma":
+                nbytes = op.count * self.gpu.wgmma_operand_bytes(
+                    op.m, op.n, op.k, DTYPE_BYTES[op.dtype], op.a_in_smem, op.instr_n)
+                s = nbytes / self.smem_rate
+            self._wgmma_smem[key] = s
+        return s
+
     def _unit(self, server: Server, slot: int, work_s: float, role: _Role, cta: _Cta, label):
         now = self.env.now
         end = server.serve(now, work_s)
@@ -177,6 +193,11 @@ class Engine:
     def _mma(self, op: Mma, role, cta):
         rate = self._mma_rate(op.kind, op.dtype, role.factor, self._num_warps)
         end = self._unit(cta.sm.tensor, TENSOR, op.flops / rate, role, cta, "mma")
+        smem_s = self._wgmma_smem_s(op)
+        if smem_s:
+            # wgmma streams its operands from SMEM while it computes: the product
+            # ends when both the tensor cores and the SMEM reads are done.
+            end = max(end, self._unit(cta.sm.smem, SMEM, smem_s, role, cta, "wgmma operands"))
         if op.is_async:
             role.pending.append(end)
             return None
@@ -219,6 +240,10 @@ class Engine:
             c[HBM] += op.nbytes * self.mem.hbm_s_per_byte
         if op.engine == TMA:
             done += self.tma_extra
+        if op.engine != LD:
+            # cp.async and TMA deposit the tile in SMEM: its write bandwidth is
+            # the same the wgmma operand reads use.
+            self._unit(cta.sm.smem, SMEM, op.nbytes / self.smem_rate, role, cta, "smem fill")
         if self.tracer is not None:
             self.tracer.slice(cta.sm.index, f"load {op.engine}", op.tile.tensor, now, done)
         if op.engine == LD:

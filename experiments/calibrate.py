@@ -343,13 +343,14 @@ def triton_kernels():
         tl.store(C + pid * BM * BN + rm[:, None] * BN + rn[None, :], acc)
 
     @triton.jit
-    def dot_exp_mix(A, B, C, iters, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    def dot_exp_mix(A, B, C, iters, sms, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                     DOT: tl.constexpr, EXP: tl.constexpr, SPLIT: tl.constexpr):
         # Can an SM run the tensor cores and the SFU at once? Each iteration does one
         # [BM, BK] x [BK, BN] product (DOT) and/or one exp2 per element of a
-        # [BM, BN] fp32 tile (EXP), on independent data. SPLIT: even CTAs only
-        # multiply and odd CTAs only exponentiate, so the two kinds of work come
-        # from different warps of the same SM.
+        # [BM, BN] fp32 tile (EXP), on independent data. SPLIT: CTAs of even
+        # "rounds" (pid // sms: the hardware hands out one CTA per SM per round)
+        # only multiply, those of odd rounds only exponentiate, so every SM holds
+        # both kinds and the work comes from different warps of the same SM.
         pid = tl.program_id(0)
         rm = tl.arange(0, BM)
         rn = tl.arange(0, BN)
@@ -359,7 +360,7 @@ def triton_kernels():
         acc = tl.zeros([BM, BN], tl.float32)
         x = (rm[:, None] * BN + rn[None, :] + pid).to(tl.float32) * 1e-6
         if SPLIT:
-            if pid % 2 == 0:
+            if (pid // sms) % 2 == 0:
                 for i in range(iters):
                     acc = tl.dot(a, b, acc)
             else:
@@ -775,7 +776,7 @@ def bench_dot_exp_overlap(r: Runner, K):
             c = torch.empty(grid * bm * bn, device="cuda", dtype=torch.float32)
 
             def fn():
-                K["dot_exp_mix"][(grid,)](a, b, c, iters, BM=bm, BN=bn, BK=bk, DOT=dot, EXP=ex,
+                K["dot_exp_mix"][(grid,)](a, b, c, iters, r.sms, BM=bm, BN=bn, BK=bk, DOT=dot, EXP=ex,
                                           SPLIT=split, num_warps=warps, num_stages=1)
 
             fn()

@@ -344,13 +344,15 @@ def triton_kernels():
 
     @triton.jit
     def dot_exp_mix(A, B, C, iters, sms, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                    DOT: tl.constexpr, EXP: tl.constexpr, SPLIT: tl.constexpr):
+                    DOT: tl.constexpr, EXP: tl.constexpr, SPLIT: tl.constexpr,
+                    FMA: tl.constexpr = False):
         # Can an SM run the tensor cores and the SFU at once? Each iteration does one
         # [BM, BK] x [BK, BN] product (DOT) and/or one exp2 per element of a
         # [BM, BN] fp32 tile (EXP), on independent data. SPLIT: CTAs of even
         # "rounds" (pid // sms: the hardware hands out one CTA per SM per round)
         # only multiply, those of odd rounds only exponentiate, so every SM holds
         # both kinds and the work comes from different warps of the same SM.
+        # FMA: the elementwise work is four dependent fp32 FMAs instead of an exp2.
         pid = tl.program_id(0)
         rm = tl.arange(0, BM)
         rn = tl.arange(0, BN)
@@ -365,17 +367,17 @@ def triton_kernels():
                     acc = tl.dot(a, b, acc)
             else:
                 for i in range(iters):
-                    x = tl.exp2(-x)
+                    x = (((x * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3 if FMA else tl.exp2(-x)
         elif DOT and EXP:
             for i in range(iters):
                 acc = tl.dot(a, b, acc)
-                x = tl.exp2(-x)
+                x = (((x * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3 if FMA else tl.exp2(-x)
         elif DOT:
             for i in range(iters):
                 acc = tl.dot(a, b, acc)
         else:
             for i in range(iters):
-                x = tl.exp2(-x)
+                x = (((x * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3 if FMA else tl.exp2(-x)
         tl.store(C + pid * BM * BN + rm[:, None] * BN + rn[None, :], acc + x)
 
     @triton.jit
@@ -770,14 +772,15 @@ def bench_dot_exp_overlap(r: Runner, K):
         b = (torch.randn(bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
         iters = 2048 if not r.args.quick else 256
         per_sm = 2
-        for mode, (dot, ex, split) in {"dot": (1, 0, 0), "exp": (0, 1, 0), "both": (1, 1, 0),
-                                       "split": (1, 1, 1)}.items():
+        modes = {"dot": (1, 0, 0, 0), "exp": (0, 1, 0, 0), "both": (1, 1, 0, 0), "split": (1, 1, 1, 0),
+                 "fma": (0, 1, 0, 1), "split_fma": (1, 1, 1, 1)}
+        for mode, (dot, ex, split, fma) in modes.items():
             grid = r.sms * per_sm * (2 if split else 1)
             c = torch.empty(grid * bm * bn, device="cuda", dtype=torch.float32)
 
             def fn():
                 K["dot_exp_mix"][(grid,)](a, b, c, iters, r.sms, BM=bm, BN=bn, BK=bk, DOT=dot, EXP=ex,
-                                          SPLIT=split, num_warps=warps, num_stages=1)
+                                          SPLIT=split, FMA=fma, num_warps=warps, num_stages=1)
 
             fn()
             torch.cuda.synchronize()

@@ -21,7 +21,7 @@ in the input dtype and its logsumexp instead of the workspaces.
 from __future__ import annotations
 
 from .errors import InvalidConfig
-from .ops import Alu, Exp, Load, Mma, SmemIO, Store, SyncThreads, Tile
+from .ops import Exp, Load, Mma, SmemIO, Store, SyncThreads, Tile
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import attention_tensors, CtaProgram, Launch, Loop, Role, Schedule, TensorSpec, head_layout
 from .smem import check_fits_block, registers_per_thread
@@ -106,8 +106,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                 if is_masked(i):
                     alu += scores * ALU_PER_MASKED_SCORE
                 ops += [Mma(bm, bn, d, p.dtype, cfg.mma),   # each warp: bm x (bn/w) of S
-                        Exp(scores + bm),
-                        Alu(alu),
+                        Exp(scores + bm, alu_flops=alu),
                         Mma(bm, d, bn, p.dtype, cfg.mma),   # each warp: partial P V
                         SmemIO(combine_io),                 # split-K combine
                         SyncThreads()]

@@ -114,8 +114,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                 alu += scores * ALU_PER_MASKED_SCORE
             return [Mma(bm * reps, bn, d, p.dtype, cfg.mma,     # S = Q Kᵀ, Q from SMEM
                         instr_n=bn // reps),
-                    Exp(scores + bm * reps),                    # P = exp2(S - m), alpha
-                    Alu(alu),
+                    Exp(scores + bm * reps, alu_flops=alu),     # P = exp2(S - m), alpha
                     Mma(bm, d, bn, p.dtype, cfg.mma,            # O += P V, P in registers
                         a_in_smem=False, instr_n=d // reps)]
 

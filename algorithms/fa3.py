@@ -107,7 +107,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                 alu = scores * ALU_PER_SCORE + rows * d * ALU_PER_ACC
                 if block_is_masked(p, cfg, qb, j):
                     alu += scores * ALU_PER_MASKED_SCORE
-                return [Exp(scores + rows), Alu(alu)]
+                return [Exp(scores + rows, alu_flops=alu)]
 
             release = Arrive(f"empty.{w}")
             if cfg.intra_wg_overlap:

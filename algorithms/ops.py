@@ -90,9 +90,13 @@ class MmaWait:
 
 @dataclass(frozen=True, slots=True)
 class Exp:
-    """`count` exponentials (exp2) on the special-function unit."""
+    """`count` exponentials (exp2) on the special-function unit, interleaved in
+    the same instruction stream with `alu_flops` FMA-pipe operations (the
+    softmax's max, scale, sum and conversions): the two pipes run side by side,
+    so the op lasts as long as the slower of the two."""
 
     count: int
+    alu_flops: int = 0
 
 
 @dataclass(frozen=True, slots=True)

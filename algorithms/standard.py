@@ -97,7 +97,7 @@ def _softmax_launch(p: AttentionProblem) -> Launch:
         r, pair = cta % p.seqlen_q, cta // p.seqlen_q
         b, h = divmod(pair, p.heads)
         items = (plain_load(Tile("S", b, h, r, -1), n * e),  # col -1: a whole row
-                 Exp(n), Alu(alu),
+                 Exp(n, alu_flops=alu),
                  Store(Tile("P", b, h, r, -1), n * e))
         return CtaProgram((Role("warps", warps, items),))
 

@@ -148,6 +148,7 @@ class Engine:
         self.exp_rate = gpu.units.exp2_per_clk_per_sm * clock
         self.alu_rate = gpu.units.alu_ops_per_clk_per_sm * clock
         self.smem_rate = gpu.units.smem_bytes_per_clk_per_sm * clock
+        self.tensor_alu_serial = gpu.units.tensor_alu_serial_fraction
         self.tma_extra = gpu.copy.tma_extra_latency_cycles / clock
         self.launch_gap = gpu.launch.kernel_launch_us * 1e-6
         self._mma_rates: dict[tuple, float] = {}
@@ -204,12 +205,30 @@ class Engine:
         return self.env.timeout(end - self.env.now)
 
     def _exp(self, op: Exp, role, cta):
-        end = self._unit(cta.sm.sfu, SFU, op.count / (self.exp_rate * role.factor), role, cta, "exp2")
+        work = op.count / (self.exp_rate * role.factor)
+        end = self._unit(cta.sm.sfu, SFU, work, role, cta, "exp2")
+        if op.alu_flops:
+            alu_work = op.alu_flops / (self.alu_rate * role.factor)
+            end = max(end, self._unit(cta.sm.alu, ALU, alu_work, role, cta, "alu"))
+            # the two pipes run side by side; the tensor cores are blocked for the
+            # measured fraction of the time the elementwise work takes
+            work = max(work, alu_work)
+        self._block_tensor_cores(work, role, cta)
         return self.env.timeout(end - self.env.now)
 
     def _alu(self, op: Alu, role, cta):
-        end = self._unit(cta.sm.alu, ALU, op.flops / (self.alu_rate * role.factor), role, cta, "alu")
+        work = op.flops / (self.alu_rate * role.factor)
+        end = self._unit(cta.sm.alu, ALU, work, role, cta, "alu")
+        self._block_tensor_cores(work, role, cta)
         return self.env.timeout(end - self.env.now)
+
+    def _block_tensor_cores(self, work_s: float, role, cta) -> None:
+        """Elementwise work keeps the SM's tensor cores from running for
+        `tensor_alu_serial` of its time (measured: experiments/calibrate.py
+        dot_exp_overlap), so MMAs queued behind it wait; the elementwise op
+        itself is not delayed."""
+        if self.tensor_alu_serial:
+            self._unit(cta.sm.tensor, TENSOR, work_s * self.tensor_alu_serial, role, cta, "blocked")
 
     def _smem(self, op: SmemIO, role, cta):
         end = self._unit(cta.sm.smem, SMEM, op.nbytes / self.smem_rate, role, cta, "smem")

@@ -164,7 +164,27 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
                               options={"num_warps": config.num_warps,
                                        "num_stages": config.num_stages})
     n_regs = _regs_from_cubin(compiled)
-    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": n_regs}
+    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": n_regs,
+            **_wgmma_mix(compiled.asm.get("ptx", ""))}
+
+
+def _wgmma_mix(ptx: str) -> dict:
+    """The wgmma instructions the kernel issues, from its PTX: the N of the ones
+    reading A from SMEM (Q Kᵀ) and from registers (P V), and how many of each a
+    thread issues per loop iteration (the kernel body holds two copies of the
+    loop, unmasked and masked, so totals are halved). Empty before sm_90."""
+    import re
+
+    ss, rs = [], []
+    for line in ptx.splitlines():
+        m = re.search(r"wgmma\.mma_async\S*\.m64n(\d+)k\d+", line)
+        if m:
+            # A from registers is a {...} register list right after the accumulator list
+            (rs if re.search(r"\},\s*\{", line) else ss).append(int(m.group(1)))
+    if not ss:
+        return {}
+    return {"qk_instr_n": max(ss), "pv_instr_n": max(rs) if rs else None,
+            "qk_instrs_per_iter": len(ss) // 2, "pv_instrs_per_iter": len(rs) // 2}
 
 
 def _regs_from_cubin(compiled):

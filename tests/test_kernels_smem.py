@@ -30,3 +30,25 @@ def test_live_compile_matches_csv(cfg):
     # the rule in kernels/NOTES.md
     buffers = 2 * s if s >= 2 else 1
     assert got["smem_bytes"] == 2 * d * (bm + bn * buffers)
+
+
+@pytest.mark.parametrize("cfg", [(64, 64, 8, 128), (128, 64, 8, 128), (64, 32, 4, 64),
+                                 (64, 128, 8, 64), (128, 32, 4, 128)])
+def test_fa2_schedule_follows_the_compiled_wgmma_layout(cfg):
+    """The fa2 schedule's warpgroup rule (algorithms.fa2.warpgroup_replicas) is
+    what Triton compiles: with more warpgroups than 64-row slices, each computes
+    all of S in narrower instructions and P V splits the head dim."""
+    pytest.importorskip("triton")
+    from algorithms.fa2 import TRITON_WARPGROUP_ROWS, warpgroup_replicas
+    from kernels.fa2 import compiled_resources
+
+    bm, bn, w, d = cfg
+    tile = TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=2)
+    got = compiled_resources(AttentionProblem(1, 16, 4096, d), tile)
+    reps = warpgroup_replicas(tile)
+    assert got["qk_instr_n"] == bn // reps
+    assert got["pv_instr_n"] == d // reps
+    # per warpgroup and iteration: its 64-row slices x N slices x K steps of 16
+    slices_per_wg = max(1, bm // TRITON_WARPGROUP_ROWS // max(1, w // 4))
+    assert got["qk_instrs_per_iter"] == slices_per_wg * reps * (d // 16)
+    assert got["pv_instrs_per_iter"] == slices_per_wg * (bn // 16)

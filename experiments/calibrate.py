@@ -1101,6 +1101,23 @@ def l2_plateau_and_knee(rows):
     return plateau, knee, pts
 
 
+def tensor_alu_serial_fractions(rows):
+    """{shape/kind: f} from the dot_exp_overlap rows: with product CTAs and elementwise
+    CTAs sharing each SM, T_split = T_dot + f x T_elementwise (f = 0: the units overlap
+    fully, 1: not at all)."""
+    t = {r["param"]: float(r["value"]) for r in rows if r["bench"] == "dot_exp_overlap"}
+    out = {}
+    for key in t:
+        if not key.endswith("_dot"):
+            continue
+        shape = key[: -len("_dot")]
+        for kind, split in (("exp", "split"), ("fma", "split_fma")):
+            alone, both = t.get(f"{shape}_{kind}"), t.get(f"{shape}_{split}")
+            if alone and both:
+                out[f"{shape}_{kind}"] = (both - t[key]) / alone
+    return out
+
+
 def mapping(rows):
     """{(section, key): (value, source)} for every profile key a measurement sets."""
     import tomllib
@@ -1114,7 +1131,8 @@ def mapping(rows):
 
     def cite(what, row, clock=None):
         clk = clock or (row or {}).get("clock_mhz_kernel") or (row or {}).get("clock_mhz_nvml") or "?"
-        return (f"our microbenchmark, {date}, `{cmd}`, {gpu_desc}, SM clock {clk} MHz read during the run: "
+        command = (row or {}).get("command") or cmd
+        return (f"our microbenchmark, {date}, `{command}`, {gpu_desc}, SM clock {clk} MHz read during the run: "
                 f"{what} (experiments/results/calibration_h100.csv)")
 
     # device query
@@ -1159,6 +1177,14 @@ def mapping(rows):
         v, row = _val(rows, bench, param)
         if v:
             out[("units", key)] = (round(v, 2), cite(what + f" = {v:.2f}", row))
+    serial = tensor_alu_serial_fractions(rows)
+    if serial:
+        row = next(r for r in rows if r["bench"] == "dot_exp_overlap")
+        v = min(1.0, statistics.median(serial.values()))
+        out[("units", "tensor_alu_serial_fraction")] = (round(v, 2), cite(
+            "wgmma CTAs beside exp2-only or FMA-only CTAs on one SM take T_dot + f x T_elementwise; "
+            "f per shape " + ", ".join(f"{k} {x:.2f}" for k, x in serial.items())
+            + f"; median {v:.2f}", row, row.get("clock_mhz_nvml")))
     # L2
     plateau, knee, pts = l2_plateau_and_knee(rows)
     if plateau:

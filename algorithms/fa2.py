@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from .ops import Alu, Exp, Load, Mma, Store, Tile
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
-from .schedule import (attention_tensors, CtaProgram, Launch, Role, Schedule, head_layout,
-                       pipelined_loop, plain_load)
+from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule,
+                       head_layout, pipelined_loop, plain_load)
 from .smem import check_fits_block, registers_per_thread, triton_fa_smem_bytes
 
 # FMA-pipe operations per score element besides the exp2: scale-and-subtract
@@ -31,7 +31,6 @@ ALU_EPILOGUE_PER_OUT = 2
 # 16 m64n32k16 wgmma and 32 ex2 per iteration, as many as with 4 warps);
 # experiments/triton_smem_probe.py records it per config and a test checks it.
 TRITON_WARPGROUP_ROWS = 64
-WARPS_PER_WARPGROUP = 4
 
 
 def warpgroup_replicas(cfg: TileConfig) -> int:

@@ -25,11 +25,11 @@ from .fa2 import (ALU_EPILOGUE_PER_OUT, ALU_PER_ACC, ALU_PER_MASKED_SCORE, ALU_P
 from .ops import (TMA, Alu, Arrive, Exp, Item, Load, Loop, Mma, MmaWait, Store, Tile,
                   Wait)
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
-from .schedule import attention_tensors, CtaProgram, Launch, Role, Schedule, head_layout
+from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule,
+                       head_layout)
 from .smem import MBARRIER_BYTES, check_fits_block, registers_per_thread
 
 WGMMA_M = 64  # one warpgroup's wgmma covers 64 rows
-WARPS_PER_WARPGROUP = 4
 THREADS_PER_WARPGROUP = 128
 # setmaxnreg: the producer warpgroup gives its registers up (24 per thread in
 # the FA3 paper's kernels) so that the consumers can hold their accumulators.

@@ -12,6 +12,10 @@ from .ops import CP_ASYNC, LD, Item, Load, Loop, Op, Wait
 from .problem import ACC_BYTES, AttentionProblem, TileConfig
 
 
+# A warpgroup: the 4 consecutive warps a Hopper wgmma or an FA3 role spans.
+WARPS_PER_WARPGROUP = 4
+
+
 @dataclass(frozen=True)
 class Role:
     """A group of warps running one program (FA3: producer or a consumer warpgroup)."""

@@ -310,22 +310,9 @@ def triton_kernels():
         tl.store(OUT + pid * BLOCK + offs, acc)
 
     @triton.jit
-    def dot_loop(A, B, C, iters, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-        pid = tl.program_id(0)
-        rm = tl.arange(0, BM)
-        rn = tl.arange(0, BN)
-        rk = tl.arange(0, BK)
-        a = tl.load(A + rm[:, None] * BK + rk[None, :])
-        b = tl.load(B + rk[:, None] * BN + rn[None, :])
-        acc = tl.zeros([BM, BN], tl.float32)
-        for i in range(iters):
-            acc = tl.dot(a, b, acc)
-        tl.store(C + pid * BM * BN + rm[:, None] * BN + rn[None, :], acc)
-
-    @triton.jit
     def dot_shape(A, B, C, iters, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                   A_IN_REGS: tl.constexpr):
-        # One attention-sized product per iteration. A_IN_REGS: A is rebuilt in
+        # One product per iteration on operands held on chip. A_IN_REGS: A is rebuilt in
         # registers every iteration (as FA's P is), so wgmma takes it from registers
         # and reads only B from SMEM; otherwise both operands sit in SMEM (Q Kᵀ).
         pid = tl.program_id(0)
@@ -341,6 +328,13 @@ def triton_kernels():
             else:
                 acc = tl.dot(a, b, acc)
         tl.store(C + pid * BM * BN + rm[:, None] * BN + rn[None, :], acc)
+
+    @triton.jit
+    def elementwise(x, FMA: tl.constexpr):
+        if FMA:  # four dependent fp32 FMAs
+            return (((x * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3
+        else:  # one MUFU.EX2
+            return tl.exp2(-x)
 
     @triton.jit
     def dot_exp_mix(A, B, C, iters, sms, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
@@ -367,17 +361,17 @@ def triton_kernels():
                     acc = tl.dot(a, b, acc)
             else:
                 for i in range(iters):
-                    x = (((x * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3 if FMA else tl.exp2(-x)
+                    x = elementwise(x, FMA)
         elif DOT and EXP:
             for i in range(iters):
                 acc = tl.dot(a, b, acc)
-                x = (((x * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3 if FMA else tl.exp2(-x)
+                x = elementwise(x, FMA)
         elif DOT:
             for i in range(iters):
                 acc = tl.dot(a, b, acc)
         else:
             for i in range(iters):
-                x = (((x * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3 if FMA else tl.exp2(-x)
+                x = elementwise(x, FMA)
         tl.store(C + pid * BM * BN + rm[:, None] * BN + rn[None, :], acc + x)
 
     @triton.jit
@@ -394,7 +388,7 @@ def triton_kernels():
         pass
 
     return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, l2_read=l2_read,
-                dot_loop=dot_loop, dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, exp2_loop=exp2_loop, empty=empty)
+                dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, exp2_loop=exp2_loop, empty=empty)
 
 
 DOT_SHAPES = {"bf16": (128, 256, 64), "fp16": (128, 256, 64), "fp8": (128, 256, 128)}
@@ -440,9 +434,10 @@ def cmd_check(args) -> int:
 
     for dt, (bm, bn, bk) in DOT_SHAPES.items():
         tdt = {"bf16": "*bf16", "fp16": "*fp16", "fp8": "*fp8e4nv"}[dt]
-        c = build(kernels["dot_loop"], {"A": tdt, "B": tdt, "C": "*fp32", "iters": "i32",
-                                        "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"},
-                  {"BM": bm, "BN": bn, "BK": bk}, warps=DOT_WARPS)
+        c = build(kernels["dot_shape"], {"A": tdt, "B": tdt, "C": "*fp32", "iters": "i32",
+                                         "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
+                                         "A_IN_REGS": "constexpr"},
+                  {"BM": bm, "BN": bn, "BK": bk, "A_IN_REGS": False}, warps=DOT_WARPS)
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(c.asm["cubin"])
             f.flush()
@@ -450,7 +445,7 @@ def cmd_check(args) -> int:
         mma = re.findall(r"\b([HQ]GMMA\.[\w.]+|HMMA\.[\w.]+)", s)
         has = any(m.startswith(("HGMMA", "QGMMA")) for m in mma)
         ok &= has
-        print(f"triton dot_loop {dt} {bm}x{bn}x{bk}: {len(mma)} MMA instructions, kinds "
+        print(f"triton dot_shape {dt} {bm}x{bn}x{bk}: {len(mma)} MMA instructions, kinds "
               f"{sorted(set(mma))[:4]}, smem {c.metadata.shared} B; wgmma={'yes' if has else 'NO'}")
     c = build(kernels["exp2_loop"], {"OUT": "*fp32", "iters": "i32", "BLOCK": "constexpr"},
               {"BLOCK": 1024}, warps=4)
@@ -706,7 +701,8 @@ def _dot_tflops(r: Runner, K, dt: str):
     iters = 4096 if not r.args.quick else 1024
 
     def fn():
-        K["dot_loop"][(grid,)](a, b, c, iters, BM=bm, BN=bn, BK=bk, num_warps=DOT_WARPS, num_stages=1)
+        K["dot_shape"][(grid,)](a, b, c, iters, BM=bm, BN=bn, BK=bk, A_IN_REGS=False,
+                                num_warps=DOT_WARPS, num_stages=1)
 
     fn()
     torch.cuda.synchronize()

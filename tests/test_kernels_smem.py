@@ -40,6 +40,7 @@ def test_fa2_schedule_follows_the_compiled_wgmma_layout(cfg):
     all of S in narrower instructions and P V splits the head dim."""
     pytest.importorskip("triton")
     from algorithms.fa2 import TRITON_WARPGROUP_ROWS, warpgroup_replicas
+    from algorithms.schedule import WARPS_PER_WARPGROUP
     from kernels.fa2 import compiled_resources
 
     bm, bn, w, d = cfg
@@ -49,6 +50,6 @@ def test_fa2_schedule_follows_the_compiled_wgmma_layout(cfg):
     assert got["qk_instr_n"] == bn // reps
     assert got["pv_instr_n"] == d // reps
     # per warpgroup and iteration: its 64-row slices x N slices x K steps of 16
-    slices_per_wg = max(1, bm // TRITON_WARPGROUP_ROWS // max(1, w // 4))
+    slices_per_wg = max(1, bm // TRITON_WARPGROUP_ROWS // max(1, w // WARPS_PER_WARPGROUP))
     assert got["qk_instrs_per_iter"] == slices_per_wg * reps * (d // 16)
     assert got["pv_instrs_per_iter"] == slices_per_wg * (bn // 16)

@@ -90,17 +90,21 @@ def test_compute_bound_fa2_is_no_faster_than_flops_over_peak():
     assert pred.bottleneck == "tensor_cores"
 
 
-@pytest.mark.parametrize("algo, problem", [
-    ("fa2", AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=128)),
-    ("fa2", AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=128, causal=True)),
-    ("fa3", AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=128)),
-    ("fa3", AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=128, causal=True)),
+@pytest.mark.parametrize("algo, problem, config", [
+    ("fa2", AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=128), None),
+    ("fa2", AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=128, causal=True), None),
+    ("fa3", AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=128), None),
+    ("fa3", AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=128, causal=True), None),
+    # three CTAs per SM over 2.5 waves: a CTA that timed its loop alone between
+    # two waves once kept that period (fast path +66% off before _disturb)
+    ("fa2", AttentionProblem(batch=2, heads=32, seqlen_q=2048, head_dim=64),
+     TileConfig(block_m=128, block_n=32, num_warps=4, num_stages=3)),
 ])
-def test_fast_path_agrees_with_full_simulation(algo, problem):
+def test_fast_path_agrees_with_full_simulation(algo, problem, config):
     """Within 1% on runtime, exactly on bytes requested and stored. Where the
-    fast path is known to deviate more (co-resident CTAs, standard's short
-    GEMM CTAs, FA1) the README's engine notes say so."""
-    schedule = algorithms.build(algo, problem)
+    fast path is known to deviate more (standard's short GEMM CTAs, FA1) the
+    README's engine notes say so."""
+    schedule = algorithms.build(algo, problem, config)
     fast, full = simulate(schedule, H100, fast=True), simulate(schedule, H100, fast=False)
     assert abs(fast.runtime_s / full.runtime_s - 1) <= 0.01
     assert fast.requested_bytes == full.requested_bytes
@@ -167,3 +171,19 @@ def test_no_prediction_beats_the_tensor_core_ceiling(mma, warps, head_dim):
     kind = H100.resolve_mma(mma, warps)
     ceiling = H100.matmul_flops_per_s_per_sm(kind, "bf16") * H100.gpu.sm_count
     assert pred.flops_matmul / (pred.runtime_us * 1e-6) <= ceiling * 1.0001
+
+
+def test_cancelled_background_stops_loading_the_server():
+    """A skip cut short (_disturb) cancels the rest of its background: the
+    work that arrived before stays queued, the rest never loads the server."""
+    from gpusim.engine.servers import Server
+
+    kept, cut = Server("x"), Server("x")
+    kept.add_background(0.0, 10.0, 10.0)            # saturates the server for 10 s
+    handle = cut.add_background(0.0, 10.0, 10.0)
+    cut.cancel_background(handle, 4.0)
+    assert kept.serve(5.0, 1.0) == pytest.approx(6.0)   # behind 5 s of fluid, then its 1 s
+    assert cut.serve(5.0, 1.0) == pytest.approx(6.0)    # the 4 s that came are served by 5 s
+    assert cut.serve(7.0, 1.0) == pytest.approx(8.0)    # nothing more arrived after 4 s
+    assert kept.serve(7.0, 1.0) == pytest.approx(9.0)   # the fluid of 5-7 s first
+    assert cut.busy == pytest.approx(4.0 + 2.0)

@@ -56,3 +56,63 @@ def test_operand_bytes_count_rereads():
     assert gpu.wgmma_operand_bytes(128, 64, 16, 2, True, 32) == 128 * 32 * 2 + 64 * 32 * 2
     # A in registers: only B
     assert gpu.wgmma_operand_bytes(64, 128, 64, 2, False) == 128 * 64 * 2
+
+
+def _dot_loop_schedule(products, warps, ctas, trips=64):
+    """The wgmma_shape microbenchmark as a schedule: `ctas` CTAs of `warps`
+    warps, each a loop whose body is `products` (Mma ops), nothing else."""
+    from algorithms.ops import Loop
+    from algorithms.problem import AttentionProblem
+    from algorithms.schedule import CtaProgram, Launch, Role, Schedule, head_layout
+
+    body = tuple(products)
+    loop = Loop("k", trips, lambda i: body, key=lambda i: 0, memory=lambda i: ())
+    program = lambda cta: CtaProgram((Role("warps", warps, (loop,)),))
+    launch = Launch("dot", ctas, 32 * warps, 16 * 1024, 128, program,
+                    **head_layout(1, ctas, key=lambda t: 0))
+    problem = AttentionProblem(batch=1, heads=1, seqlen_q=64, head_dim=64)
+    return Schedule("dot", problem, None, (launch,), {})
+
+
+def test_engine_runs_narrow_wgmma_at_the_measured_rate_with_many_ctas_per_sm():
+    """Eight CTAs per SM, as the microbenchmark ran them (1056 CTAs), replayed
+    by the engine: the SMEM-bound rates come out as measured."""
+    from algorithms.ops import Mma
+    from gpusim.engine import simulate
+
+    gpu = load_profile("h100")
+    rows = [r for r in _ss_rows() if r[3] == 4 and r[0] == 64 and r[4] <= 32]
+    assert len(rows) >= 4
+    ctas, trips = 8 * gpu.gpu.sm_count, 64
+    for bm, bn, bk, w, n, measured in rows:
+        product = Mma(bm, bn, bk, "bf16", kind="wgmma", a_in_smem=True, instr_n=n)
+        result = simulate(_dot_loop_schedule([product], w, ctas, trips), gpu)
+        pred = product.flops * trips * ctas / result.runtime_s / 1e12
+        assert abs(pred / measured - 1) <= 0.15, (bm, bn, bk, w, n, pred, measured)
+
+
+def test_operand_starved_wgmma_holds_the_tensor_pipe():
+    """A narrow (SMEM-bound) product and a wide one with A in registers
+    (tensor-bound, few SMEM bytes), in CTAs sharing an SM: the SM takes the
+    sum of each product's own time (its tensor or its SMEM time, whichever is
+    longer), not the larger of the two units' totals -- a wgmma waiting for
+    its operands keeps the next one, any CTA's, off the tensor cores. This
+    is the engine's assumption (the microbenchmark ran one shape at a time
+    and cannot tell the two apart); fa2's QK (narrow for block_n <= 32) and
+    PV (A in registers) are such a pair."""
+    from algorithms.ops import Mma
+    from gpusim.engine import simulate
+
+    gpu = load_profile("h100")
+    # seven narrow products read about as long as the wide one computes
+    narrow = Mma(64, 8, 64, "bf16", kind="wgmma", count=7, a_in_smem=True, instr_n=8)
+    wide = Mma(64, 256, 64, "bf16", kind="wgmma", a_in_smem=False)
+    tensor_rate = gpu.matmul_flops_per_s_per_sm("wgmma", "bf16")
+    smem_rate = gpu.units.smem_bytes_per_clk_per_sm * gpu.clock_hz
+    own = [max(op.flops / tensor_rate, op.count * gpu.wgmma_operand_bytes(
+        op.m, op.n, op.k, 2, op.a_in_smem, op.instr_n) / smem_rate) for op in (narrow, wide)]
+    ctas, trips = 4 * gpu.gpu.sm_count, 64
+    result = simulate(_dot_loop_schedule([narrow, wide], 4, ctas, trips), gpu)
+    per_sm_s = sum(own) * trips * ctas / gpu.gpu.sm_count
+    assert result.runtime_s >= per_sm_s * 0.98
+    assert result.runtime_s <= per_sm_s * 1.10

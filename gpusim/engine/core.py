@@ -26,8 +26,11 @@ Fast path (fast=True), in two levels, both extrapolating measured time:
    skipped work is background load on every unit it would have used, SM and
    global, arriving as a fluid over that window (servers.Server). Requested
    bytes are exact (equal keys mean equal sizes); loops that declare their
-   accesses (Loop.memory) pass the skipped tiles through L2 untimed for the
-   HBM bytes, others take the sampled miss rate.
+   accesses (Loop.memory) pass the skipped tiles through L2 untimed, in 8
+   chunks near their own time, for the HBM bytes; others take the sampled
+   miss rate. A period holds for the contention it was timed under: when a
+   CTA arrives on or leaves an SM, the in-place skips of declared loops
+   there stop and time the rest again (_disturb).
 2. CTA ghosting: once the CTAs of a cost class (Launch.cost_key) that started
    under steady contention -- after the first wave, with L2 settled (full,
    and rid of an earlier launch's dirty tiles) -- take the same time, later
@@ -67,6 +70,8 @@ GHOST_SAMPLES = 3           # real CTAs of a class before later ones are ghosted
 GHOST_WAVES = 2
 # The latest wave's two halves agree this well: contention has settled.
 CONVERGED = 0.02
+# A skip's loads pass through L2 in this many chunks, each near its own time.
+REPLAY_CHUNKS = 8
 # A run is bottlenecked by a unit busy at least half of the time; below that
 # no unit is saturated and latency (too little work in flight) bounds it.
 SATURATION = 0.5
@@ -106,16 +111,17 @@ def bottleneck_of(busy: dict[str, float]) -> tuple[str, float]:
 
 
 class _SM:
-    __slots__ = ("index", "units", "tensor", "sfu", "alu", "smem", "port")
+    __slots__ = ("index", "units", "tensor", "sfu", "alu", "smem", "port", "skippers")
 
     def __init__(self, index: int):
         self.index = index
+        self.skippers: set = set()   # wait events of CTAs skipping loop iterations here
         self.units = [Server(name) for name in SM_UNITS]
         self.tensor, self.sfu, self.alu, self.smem, self.port = self.units
 
 
 class _Role:
-    __slots__ = ("name", "factor", "pending", "ext", "c", "xbusy", "skip")
+    __slots__ = ("name", "factor", "pending", "ext", "c", "xbusy", "skip", "replays")
 
     def __init__(self, name: str, warps: int, skip):
         self.name = name
@@ -125,6 +131,7 @@ class _Role:
         self.c = [0.0] * N_COUNTERS       # real + extrapolated work
         self.xbusy = [0.0] * N_COUNTERS   # extrapolated work only (for background load)
         self.skip = skip                  # None (free) or [loop name, count] for multi-role CTAs
+        self.replays: list = []           # (loop, first, count) skipped, replayed at the CTA's end
 
 
 class _Cta:
@@ -193,11 +200,13 @@ class Engine:
 
     def _mma(self, op: Mma, role, cta):
         rate = self._mma_rate(op.kind, op.dtype, role.factor, self._num_warps)
-        end = self._unit(cta.sm.tensor, TENSOR, op.flops / rate, role, cta, "mma")
         smem_s = self._wgmma_smem_s(op)
+        # wgmma streams its operands from SMEM as it computes: an operand-starved
+        # product holds the tensor pipe until its reads are done (other CTAs'
+        # products queue behind it, as in the wgmma_shape microbenchmark), and
+        # its reads share the SMEM with cp.async/TMA fills.
+        end = self._unit(cta.sm.tensor, TENSOR, max(op.flops / rate, smem_s), role, cta, "mma")
         if smem_s:
-            # wgmma streams its operands from SMEM while it computes: the product
-            # ends when both the tensor cores and the SMEM reads are done.
             end = max(end, self._unit(cta.sm.smem, SMEM, smem_s, role, cta, "wgmma operands"))
         if op.is_async:
             role.pending.append(end)
@@ -335,61 +344,162 @@ class Engine:
                 role.skip = ["", 0]
             if count > 0:
                 period = (samples[-2][0] + samples[-1][0]) / 2
-                until = env.now + count * period
-                missed = self._replay_memory(loop, i, count, until)
-                if missed is None:   # nested loops: too many ops to replay
-                    self.mem.pollute(env.now, until, count * samples[-1][1][MISS],
-                                     count * samples[-1][1][STORE])
-                wait = self._extrapolate(role, samples[-2:], period, count, cta, role.skip is None,
-                                         missed)
-                i += count
-                if wait:
-                    self.events += 1
-                    yield env.timeout(wait)
+                per_iteration = self._per_iteration(samples[-2:])
+                if role.skip is None:
+                    done = yield from self._skip_in_place(loop, i, count, period, per_iteration,
+                                                          role, cta)
+                else:
+                    self._skip_at_end(loop, i, count, period, per_iteration, role)
+                    done = count
+                i += done
+                if done < count:    # disturbed: time the rest of the run afresh
+                    samples = []
+                    continue
             skipped_run = run_key
 
-    def _replay_memory(self, loop: Loop, first: int, count: int, until: float):
-        """The skipped iterations' loads and stores through L2 (MemorySystem.touch);
-        their missed bytes. Only for loops that declare their accesses
+    @staticmethod
+    def _per_iteration(samples) -> list[float]:
+        """One skipped iteration's work: the mean of the last two timed ones
+        (requested and stored bytes are equal in every iteration of a run)."""
+        (_, first), (_, last) = samples
+        work = [(a + b) / 2 for a, b in zip(first, last)]
+        work[REQ], work[STORE] = last[REQ], last[STORE]
+        return work
+
+    def _skip_in_place(self, loop: Loop, first: int, count: int, period: float, per_iteration,
+                       role: _Role, cta: _Cta):
+        """A single-role CTA skips `count` iterations: it waits them out at the
+        measured period, their work a background load over the wait.
+
+        Loops that declare their accesses (Loop.memory: the pipelined K/V and
+        GEMM loops) replay their loads and stores through L2 chunk by chunk
+        (_chunks), and their period holds only while the SM's other
+        residents stay: a CTA or ghost batch arriving or leaving (_disturb)
+        ends the wait early, the iterations done by then are charged and the
+        rest is timed again. (A CTA that timed its period alone on an SM
+        between two waves once kept it for its whole loop: its successors
+        queued behind its background and the launch came out 35% fast; fa2
+        B1 H32 N16384 D64 128x32.) Nested loops (FA1's Q/O loop) have too
+        many ops to replay: L2 takes an anonymous entry for the whole skip,
+        which is not cut short (re-timing it over-polluted L2: FA1 B16 H32
+        N1024 D64 came out 7% slower than its full simulation, against 3%).
+        Returns the number of iterations done."""
+        env, sm = self.env, cta.sm
+        start = env.now
+        work = [w * count for w in per_iteration]
+        if loop.memory is None:
+            until = start + count * period
+            self.mem.pollute(start, until, work[MISS], work[STORE])
+            self._background(sm, start, until, work)
+            for slot in range(N_COUNTERS):
+                role.c[slot] += work[slot]
+            self.events += 1
+            yield env.timeout(count * period)
+            return count
+        work[MISS] = work[HBM] = 0.0     # HBM work comes chunk by chunk from the replay
+        handles = self._background(sm, start, start + count * period, work)
+        done, missed = 0, 0
+        for lo, hi in self._chunks(count):
+            chunk_start = env.now
+            missed += self._replay_memory(loop, first + lo, hi - lo, chunk_start + (hi - lo) * period)
+            disturbed = yield self._skip_wait(sm, (hi - lo) * period)
+            self.events += 1
+            if not disturbed:
+                done = hi
+                continue
+            done = lo + min(hi - lo, int((env.now - chunk_start) / period))
+            # The rest is timed again, its loads served again: its SM and L2
+            # work stops here (not HBM's: the replayed tiles now sit in L2).
+            for server, handle in zip(sm.units + [self.mem.l2], handles):
+                server.cancel_background(handle, env.now)
+            break
+        charged = [w * done for w in per_iteration]
+        charged[MISS], charged[HBM] = missed, missed * self.mem.hbm_s_per_byte
+        for slot in range(N_COUNTERS):
+            role.c[slot] += charged[slot]
+        return done
+
+    @staticmethod
+    def _chunks(count: int):
+        """[lo, hi) iteration ranges a skip is waited in, its loads and stores
+        passing through L2 chunk by chunk, near their own time (all at once,
+        a causal fa2 CTA's whole K/V stream entered L2 at its skip and evicted
+        what its neighbours were sharing: HBM reads +43% over the full
+        simulation)."""
+        n = min(count, REPLAY_CHUNKS)
+        bounds = [count * j // n for j in range(n + 1)]
+        return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+
+    def _replay_memory(self, loop: Loop, first: int, count: int, until: float) -> int:
+        """The skipped iterations' loads and stores through L2 (MemorySystem.touch),
+        their write-backs and the HBM reads they miss spread over [now, until];
+        returns the missed bytes. Only for loops that declare their accesses
         (Loop.memory: the pipelined K/V and GEMM loops, whose tiles other
-        CTAs share); None otherwise, and the caller pollutes L2 with an
-        anonymous entry. FA1's Q/O loop replayed this way came out 81% slower
+        CTAs share). FA1's Q/O loop replayed this way came out 81% slower
         than its full simulation (B16 H32 N1024 D64) against +10% without,
         a deviation not understood yet: it keeps the anonymous entry."""
-        if loop.memory is None:
-            return None
         accesses = []
         for j in range(first, first + count):
             for op in loop.memory(j):
                 accesses.append((op.tile, op.nbytes, op.__class__ is Store))
-        return self.mem.touch(self.env.now, until, accesses)
+        now = self.env.now
+        missed = self.mem.touch(now, until, accesses)
+        self.mem.hbm.add_background(now, until, missed * self.mem.hbm_s_per_byte)
+        return missed
 
-    def _extrapolate(self, role: _Role, samples, period: float, count: int, cta: _Cta,
-                     in_place: bool, missed: int | None = None) -> float:
-        """Charge `count` skipped iterations to the role. In place (single-role
-        CTAs) the role waits them out now, their work a background load over
-        the wait; otherwise (multi-role CTAs, whose roles must stay in step)
-        the CTA is extended at its end. Returns the time to wait now."""
-        last = samples[1][1]
-        mean = [(a + b) / 2 for a, b in zip(samples[0][1], last)]
-        work = [0.0] * N_COUNTERS
-        for slot in range(N_COUNTERS):
-            # requested and stored bytes are equal in every iteration of a run
-            per_iteration = last[slot] if slot in (REQ, STORE) else mean[slot]
-            work[slot] = count * per_iteration
-        if missed is not None:    # replayed through L2 rather than extrapolated
-            work[MISS] = missed
-            work[HBM] = missed * self.mem.hbm_s_per_byte
-        for slot in range(N_COUNTERS):
-            role.c[slot] += work[slot]
-        if in_place:
-            now = self.env.now
-            self._background(cta.sm, now, now + count * period, work)
-            return count * period
+    def _skip_at_end(self, loop: Loop, first: int, count: int, period: float, per_iteration,
+                     role: _Role) -> None:
+        """A role of a multi-role CTA (FA3) skips `count` iterations: its roles
+        must stay in step (barrier tokens), so the CTA is extended at its end
+        by the skipped time (_run_extension), the work a background load
+        over the extension, the loads replayed through L2 during it."""
+        work = [w * count for w in per_iteration]
+        if loop.memory is not None:
+            work[MISS] = work[HBM] = 0.0
+            role.replays.append((loop, first, count))
+        else:
+            until = self.env.now + count * period
+            self.mem.pollute(self.env.now, until, work[MISS], work[STORE])
         role.ext += count * period
         for slot in range(N_COUNTERS):
+            role.c[slot] += work[slot]
             role.xbusy[slot] += work[slot]
-        return 0.0
+
+    def _run_extension(self, cta: _Cta, ext: float):
+        """The skipped iterations of a multi-role CTA, at its end: background
+        load over `ext`, their loads replayed chunk by chunk."""
+        env = self.env
+        xbusy = [sum(role.xbusy[s] for role in cta.roles) for s in range(N_COUNTERS)]
+        self._background(cta.sm, env.now, env.now + ext, xbusy)
+        replays = [(role, r) for role in cta.roles for r in role.replays]
+        n = REPLAY_CHUNKS if replays else 1
+        for j in range(n):
+            for role, (loop, first, count) in replays:
+                lo, hi = count * j // n, count * (j + 1) // n
+                if hi > lo:
+                    missed = self._replay_memory(loop, first + lo, hi - lo, env.now + ext / n)
+                    role.c[MISS] += missed
+                    role.c[HBM] += missed * self.mem.hbm_s_per_byte
+            self.events += 1
+            yield env.timeout(ext / n)
+
+    def _skip_wait(self, sm: "_SM", duration: float):
+        """An event that fires after `duration`, with False, or earlier, with
+        True, when the SM's residents change (_disturb)."""
+        event = self.env.event()
+        timer = self.env.timeout(duration)
+        timer.callbacks.append(lambda _t: None if event.triggered else event.succeed(False))
+        event.callbacks.append(lambda _e: sm.skippers.discard(event))
+        sm.skippers.add(event)
+        return event
+
+    def _disturb(self, sm: "_SM") -> None:
+        """A CTA or ghost batch arrives on or leaves `sm`: the contention its
+        skipping CTAs timed their period under is gone."""
+        for event in list(sm.skippers):
+            if not event.triggered:
+                event.succeed(True)
+        sm.skippers.clear()
 
     # ------------------------------------------------------- CTAs and slots
     def _skip_plan(self, program):
@@ -426,6 +536,7 @@ class Engine:
         def role_process(role_spec, state):
             yield from self._run(role_spec.items, state, cta)
 
+        self._disturb(sm)
         procs = []
         for spec in program.roles:
             state = _Role(spec.name, spec.warps, list(plan) if plan else None)
@@ -437,9 +548,8 @@ class Engine:
             yield env.timeout(cta.last_store - env.now)
         ext = max(role.ext for role in cta.roles)
         if ext > 0.0:
-            xbusy = [sum(role.xbusy[s] for role in cta.roles) for s in range(N_COUNTERS)]
-            self._background(sm, env.now, env.now + ext, xbusy)
-            yield env.timeout(ext)
+            yield from self._run_extension(cta, ext)
+        self._disturb(sm)
         totals = [sum(role.c[s] for role in cta.roles) for s in range(N_COUNTERS)]
         for s in range(N_COUNTERS):
             self.totals[s] += totals[s]
@@ -447,7 +557,7 @@ class Engine:
             self.tracer.slice(sm.index, "ctas", f"{launch.name} #{index}", start, env.now)
         return env.now - start, totals
 
-    def _background(self, sm: _SM, start: float, end: float, busy) -> None:
+    def _background(self, sm: _SM, start: float, end: float, busy) -> list:
         """Fast-forwarded work over [start, end] counts as busy time of the
         units it would have used (busy fractions, bottleneck) and loads them
         as background over the window: real requests beside it -- the SM's
@@ -456,10 +566,11 @@ class Engine:
         fast-forwarded CTAs leaves HBM idle for the few real ones, whose
         shorter times then time the next ghosts (standard's PV GEMM came out
         at half of HBM's bound that way)."""
-        for server, slot in zip(sm.units, (TENSOR, SFU, ALU, SMEM, PORT)):
-            server.add_background(start, end, busy[slot])
-        self.mem.l2.add_background(start, end, busy[L2])
-        self.mem.hbm.add_background(start, end, busy[HBM])
+        handles = [server.add_background(start, end, busy[slot])
+                   for server, slot in zip(sm.units, (TENSOR, SFU, ALU, SMEM, PORT))]
+        handles.append(self.mem.l2.add_background(start, end, busy[L2]))
+        handles.append(self.mem.hbm.add_background(start, end, busy[HBM]))
+        return handles
 
     def _slot(self, launch: Launch, sm: _SM, state: dict):
         grid = launch.grid
@@ -515,6 +626,7 @@ class Engine:
             for s, w in enumerate(stats.mean_work(count)):
                 work[s] += w
         start = env.now
+        self._disturb(sm)
         self._background(sm, start, start + duration, work)
         self.mem.pollute(start, start + duration, work[MISS], work[STORE])
         for s in range(N_COUNTERS):
@@ -524,6 +636,7 @@ class Engine:
                               start + duration)
         self.events += 1
         yield env.timeout(duration)
+        self._disturb(sm)
 
     # ----------------------------------------------------------------- run
     def _launch(self, launch: Launch, ctas_per_sm: int, results: list):

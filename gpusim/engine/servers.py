@@ -22,7 +22,7 @@ class Server:
         self.name = name
         self.free_at = 0.0
         self.busy = 0.0  # seconds of service given, real and background
-        self._bg: list[tuple[float, float]] = []  # heap of (end, utilisation)
+        self._bg: list[list] = []  # heap of [end, utilisation, arriving]
         self._bg_load = 0.0
         self._bg_since = 0.0  # background work before this time is queued
 
@@ -35,17 +35,30 @@ class Server:
         self.free_at = start + service
         return self.free_at
 
-    def add_background(self, start: float, end: float, busy: float) -> None:
+    def add_background(self, start: float, end: float, busy: float):
         """`busy` seconds of fast-forwarded work arriving evenly over [start, end]
-        (start is the present: the engine adds it as it skips)."""
+        (start is the present: the engine adds it as it skips). Returns a
+        handle for cancel_background, or None when there is nothing to cancel."""
         if busy <= 0.0:
-            return
+            return None
         self.busy += busy
         if end <= start:
-            return
+            return None
         self._queue_background(start)
-        heapq.heappush(self._bg, (end, busy / (end - start)))
-        self._bg_load += busy / (end - start)
+        entry = [end, busy / (end - start), True]   # end, utilisation, still arriving
+        heapq.heappush(self._bg, entry)
+        self._bg_load += entry[1]
+        return entry
+
+    def cancel_background(self, entry, now: float) -> None:
+        """Stop a background stream at `now`: what arrived until then stays
+        queued, the rest never comes (the engine re-times that work)."""
+        if entry is None or not entry[2] or entry[0] <= now:
+            return
+        self._queue_background(now)
+        entry[2] = False
+        self._bg_load -= entry[1]
+        self.busy -= entry[1] * (entry[0] - now)
 
     def _queue_background(self, now: float) -> None:
         """Put the background work that arrived since the last call into the
@@ -64,7 +77,9 @@ class Server:
                 self.free_at += self._bg_load * (seg_end - t)
             t = seg_end
             while bg and bg[0][0] <= t:
-                self._bg_load -= heapq.heappop(bg)[1]
+                ended = heapq.heappop(bg)
+                if ended[2]:
+                    self._bg_load -= ended[1]
             if not bg:
                 self._bg_load = 0.0
                 break

@@ -80,8 +80,9 @@ def _gemm_launch(name, p, cfg, m_rows, n_cols, red_len, block_n, block_k,
 
     smem = gemm_smem_bytes(bm, block_n, block_k, cfg.num_stages, e)
     regs = registers_per_thread(cfg.threads, fp32_values=bm * block_n)
-    # Tiles cost the same unless they sit on the last (partial) row or column.
-    edge = lambda t: (t // tn == tm - 1, t % tn == tn - 1)
+    # Tiles cost the same unless they sit on a partial last row or column.
+    partial_m, partial_n = m_rows % bm != 0, n_cols % block_n != 0
+    edge = lambda t: (partial_m and t // tn == tm - 1, partial_n and t % tn == tn - 1)
     return Launch(name, per_head * bh, cfg.threads, smem, regs, program,
                   **head_layout(per_head, bh, key=edge))
 

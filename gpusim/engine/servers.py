@@ -35,6 +35,12 @@ class Server:
         self.free_at = start + service
         return self.free_at
 
+    def served_by(self, now: float) -> float:
+        """When the work queued by `now`, background included, is served."""
+        if self._bg:
+            self._queue_background(now)
+        return self.free_at if self.free_at > now else now
+
     def add_background(self, start: float, end: float, busy: float):
         """`busy` seconds of fast-forwarded work arriving evenly over [start, end]
         (start is the present: the engine adds it as it skips). Returns a

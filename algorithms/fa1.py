@@ -20,6 +20,8 @@ in the input dtype and its logsumexp instead of the workspaces.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from .errors import InvalidConfig
 from .ops import Exp, Load, Mma, SmemIO, Store, SyncThreads, Tile
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
@@ -76,6 +78,14 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     bh = p.batch * p.heads
     combine_io = 2 * (w * bm * d * ACC_BYTES + w * bm * STATS_PER_ROW * ACC_BYTES)
 
+    # Per Q block, computed once: its rows, its last K/V block, and how many Q
+    # blocks finish (see their last K/V block) at each K/V block. (The engine
+    # reads an inner loop's keys once per step; recomputing these made a 16k
+    # causal prediction spend a third of its time in last_kv_block.)
+    rows_of = [min(bm, p.seqlen_q - i * bm) for i in range(n_qb)]
+    last_of = [last_kv_block(p, bm, bn, i) for i in range(n_qb)]
+    finishing_at = Counter(last_of)
+
     def program(cta: int) -> CtaProgram:
         b, h = divmod(cta, p.heads)
         kvh = p.kv_head_of(h)
@@ -84,14 +94,17 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
             rows_k = min(bn, p.seqlen_kv - j * bn)
             i0 = first_q_block(p, bm, bn, j)
 
+            past_keys = (j + 1) * bn > p.seqlen_kv
+            # block j crosses the diagonal of Q block i when its last column
+            # passes i's first row: (j + 1)·bn − 1 > i·bm + causal_offset
+            diagonal_row = (j + 1) * bn - 1 - p.causal_offset if p.causal else None
+
             def is_masked(i: int) -> bool:
-                return (j + 1) * bn > p.seqlen_kv or (
-                    p.causal and (j + 1) * bn - 1 > i * bm + p.causal_offset)
+                return past_keys or (diagonal_row is not None and diagonal_row > i * bm)
 
             def step_key(k: int):
                 i = i0 + k
-                return (min(bm, p.seqlen_q - i * bm), is_masked(i),
-                        j == last_kv_block(p, bm, bn, i))
+                return rows_of[i], is_masked(i), j == last_of[i]
 
             def step(k: int):
                 i = i0 + k
@@ -110,7 +123,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                         Mma(bm, d, bn, p.dtype, cfg.mma),   # each warp: partial P V
                         SmemIO(combine_io),                 # split-K combine
                         SyncThreads()]
-                if j == last_kv_block(p, bm, bn, i):
+                if j == last_of[i]:
                     ops += [Store(Tile("O", b, h, i), rows_q * d * e),
                             Store(Tile("LSE", b, h, i), rows_q * ACC_BYTES)]
                 else:
@@ -128,10 +141,9 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
             # Outer iterations cost the same when their inner loops do: same
             # K/V rows, same first Q block, same reads (j > 0), and the same
             # set of Q blocks finishing at j.
+            # (A Q block finishing at j starts at or before it: first_q_block <= i.)
             i0 = first_q_block(p, bm, bn, j)
-            finishing = sum(1 for i in range(i0, n_qb) if last_kv_block(p, bm, bn, i) == j) \
-                if p.causal else int(j == n_kb - 1)
-            return min(bn, p.seqlen_kv - j * bn), i0, j > 0, finishing, \
+            return min(bn, p.seqlen_kv - j * bn), i0, j > 0, finishing_at[j], \
                 (j + 1) * bn > p.seqlen_kv
 
         return CtaProgram((Role("warps", w, (Loop("kv", n_kb, inner, outer_key),)),))

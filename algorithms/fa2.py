@@ -62,8 +62,13 @@ def block_is_masked(problem: AttentionProblem, cfg: TileConfig, qb: int, j: int)
 
 
 def first_masked_block(problem: AttentionProblem, cfg: TileConfig, qb: int, trips: int) -> int:
-    """Index of Q block qb's first masked K/V block (trips if none)."""
-    return next((j for j in range(trips) if block_is_masked(problem, cfg, qb, j)), trips)
+    """Index of Q block qb's first masked K/V block (trips if none): the first
+    j whose end passes the keys, (j + 1)·block_n > N_kv, or, under causal, the
+    diagonal, (j + 1)·block_n > first_row + offset + 1 (block_is_masked)."""
+    first = problem.seqlen_kv // cfg.block_n
+    if problem.causal:
+        first = min(first, (qb * cfg.block_m + problem.causal_offset + 1) // cfg.block_n)
+    return min(trips, max(0, first))
 
 
 def cta_cost_key(problem: AttentionProblem, cfg: TileConfig):

@@ -9,7 +9,7 @@ algorithm, so the two cannot drift apart.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence, Union
+from typing import Callable, NamedTuple, Sequence, Union
 
 # Copy engines. "ld": a plain load/store; the issuing warp waits for the data.
 # "cp.async": Ampere+ asynchronous global->SMEM copy issued by the warps.
@@ -18,11 +18,13 @@ LD, CP_ASYNC, TMA = "ld", "cp.async", "tma"
 COPY_ENGINES = (LD, CP_ASYNC, TMA)
 
 
-@dataclass(frozen=True, slots=True)
-class Tile:
+class Tile(NamedTuple):
     """A rectangle of a global tensor, named so that reuse can be recognised:
     two loads of the same Tile are the same bytes (an L2 hit if still cached).
-    `head` is the tensor's own head index (a K/V head under GQA)."""
+    `head` is the tensor's own head index (a K/V head under GQA). A named
+    tuple, not a dataclass: the L2 model hashes one per access, and a
+    tuple's hash is C code (a 16k causal fa2 prediction spent a fifth of its
+    time in the dataclass's __hash__)."""
 
     tensor: str
     batch: int

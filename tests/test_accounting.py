@@ -152,3 +152,19 @@ def test_lazy_schedule_builds_fast_at_16k():
         s = algorithms.build(algo, p)
         s.launches[0].program(s.launches[0].grid - 1)
     assert time.perf_counter() - t < 0.1
+
+
+@settings(max_examples=200, deadline=None)
+@given(n_q=st.integers(1, 700), n_kv=st.integers(1, 700), causal=st.booleans(),
+       bm=st.sampled_from([64, 128]), bn=st.sampled_from([32, 64, 128]))
+def test_first_masked_block_is_the_first_block_that_needs_a_mask(n_q, n_kv, causal, bm, bn):
+    from algorithms.fa2 import block_is_masked, first_masked_block
+
+    if causal and n_q > n_kv:
+        n_q, n_kv = n_kv, n_q     # causal needs N_q <= N_kv (bottom-right aligned)
+    p = AttentionProblem(batch=1, heads=1, seqlen_q=n_q, seqlen_kv=n_kv, head_dim=64, causal=causal)
+    cfg = TileConfig(block_m=bm, block_n=bn)
+    for qb in range(-(-n_q // bm)):
+        trips = kv_trips(p, bn, min(n_q, (qb + 1) * bm) - 1)
+        brute = next((j for j in range(trips) if block_is_masked(p, cfg, qb, j)), trips)
+        assert first_masked_block(p, cfg, qb, trips) == brute

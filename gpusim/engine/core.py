@@ -319,11 +319,11 @@ class Engine:
                 yield from self._run(loop.body(i), role, cta)
             return
         env, trips = self.env, loop.trips
-        i, run_key, samples, skipped_run = 0, object(), [], None
+        i, run_key, samples, skipped_run, run_end = 0, object(), [], None, None
         while i < trips:
             key = key_of(i)
             if key != run_key:
-                run_key, samples = key, []
+                run_key, samples, run_end = key, [], None
             t0, ext0, c0 = env.now, role.ext, list(role.c)
             yield from self._run(loop.body(i), role, cta)
             i += 1
@@ -333,10 +333,11 @@ class Engine:
             (d1, _), (d2, _) = samples[-2], samples[-1]
             if abs(d1 - d2) > STEADY_TOLERANCE * max(d1, d2) and len(samples) < MAX_SAMPLES:
                 continue
-            end = i
-            while end < trips and key_of(end) == run_key:
-                end += 1
-            count = end - i
+            if run_end is None:     # found once per run (a disturbed skip resumes it)
+                run_end = i
+                while run_end < trips and key_of(run_end) == run_key:
+                    run_end += 1
+            count = run_end - i
             if role.skip is not None:           # multi-role: the agreed count, once
                 count = min(count, role.skip[1])
                 if count < role.skip[1]:

@@ -28,6 +28,7 @@ import triton.language as tl
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
 from .common import LOG2E, launch, problem_of, resolve_config, resolve_scale
+from .online_softmax import kv_block_range, mask_scores, softmax_update, store_output
 
 
 @triton.jit
@@ -41,16 +42,8 @@ def _fa2_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, n_kv, 
         k = tl.load(k_ptrs)
     qk = tl.dot(q, tl.trans(k))
     if MASKED:
-        keep = (cols < n_kv)[None, :]
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= offs_m[:, None] + causal_off)
-        qk = tl.where(keep, qk, float("-inf"))
-    # m is kept in scaled base-2 units: one FMA per score (qk*scale - m) and
-    # exp2 instead of exp, the FA2 trick that spares the MUFU a multiply.
-    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-    p = tl.math.exp2(qk * qk_scale - m_new[:, None])
-    alpha = tl.math.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, 1)
+        qk = mask_scores(qk, cols, offs_m, n_kv, causal_off, CAUSAL)
+    p, alpha, l_i, m_new = softmax_update(qk, m_i, l_i, qk_scale)
     acc = acc * alpha[:, None]
     if MASKED:
         v = tl.load(v_ptrs, mask=kv_ok, other=0.0)
@@ -84,14 +77,7 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off,
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
 
-    n_blocks = tl.cdiv(n_kv, BLOCK_N)
-    n_full = n_kv // BLOCK_N
-    if CAUSAL:
-        last_row = tl.minimum((pid_m + 1) * BLOCK_M, n_q) - 1
-        n_blocks = tl.minimum(n_blocks, tl.cdiv(last_row + causal_off + 1, BLOCK_N))
-        # a block needs no mask when even the first row of the tile sees its last column
-        n_full = tl.minimum(n_full, (pid_m * BLOCK_M + causal_off + 1) // BLOCK_N)
-        n_full = tl.maximum(n_full, 0)
+    n_full, n_blocks = kv_block_range(pid_m, n_q, n_kv, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
 
     for j in range(0, n_full):
         acc, l_i, m_i = _fa2_block(acc, l_i, m_i, q, k_ptrs + j * BLOCK_N * HEAD_DIM,
@@ -102,12 +88,7 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off,
                                    v_ptrs + j * BLOCK_N * HEAD_DIM, j * BLOCK_N, offs_m, offs_n,
                                    n_kv, causal_off, qk_scale, True, CAUSAL, HEAD_DIM)
 
-    o = acc / l_i[:, None]
-    tl.store(O + q_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], o.to(O.dtype.element_ty),
-             mask=row_ok)
-    # back to natural log: lse = ln2 * (m + log2 l)
-    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
-    tl.store(LSE + bh.to(tl.int64) * n_q + offs_m, lse, mask=offs_m < n_q)
+    store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
 
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,

@@ -38,7 +38,8 @@ import triton.language as tl
 from algorithms.errors import InvalidProblem, UnsupportedAlgorithm
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
-from .common import LOG2E, interpreting, is_hopper, launch, problem_of, resolve_config, resolve_scale
+from .common import LOG2E, interpreting, launch, problem_of, resolve_config, resolve_scale
+from .online_softmax import kv_block_range, mask_scores, softmax_update, store_output
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
 FP8_MAX = 448.0  # largest finite e4m3fn value
@@ -50,15 +51,8 @@ def _fa3_block(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, start_n, offs_m, offs_
     k = desc_k.load([kv_row0 + start_n, 0])
     qk = tl.dot(q, k.T)
     if MASKED:
-        cols = start_n + offs_n
-        keep = (cols < n_kv)[None, :]
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= offs_m[:, None] + causal_off)
-        qk = tl.where(keep, qk, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-    p = tl.math.exp2(qk * qk_scale - m_new[:, None])
-    alpha = tl.math.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, 1)
+        qk = mask_scores(qk, start_n + offs_n, offs_m, n_kv, causal_off, CAUSAL)
+    p, alpha, l_i, m_new = softmax_update(qk, m_i, l_i, qk_scale)
     acc = acc * alpha[:, None]
     v = desc_v.load([kv_row0 + start_n, 0])
     acc = tl.dot(p.to(v.dtype), v, acc)
@@ -85,18 +79,12 @@ def _fa3_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, n_q_rows, n_kv_ro
     kv_row0 = kvh * n_kv
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
     q = desc_q.load([q_row0 + pid_m * BLOCK_M, 0])
 
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    n_blocks = tl.cdiv(n_kv, BLOCK_N)
-    n_full = n_kv // BLOCK_N
-    if CAUSAL:
-        last_row = tl.minimum((pid_m + 1) * BLOCK_M, n_q) - 1
-        n_blocks = tl.minimum(n_blocks, tl.cdiv(last_row + causal_off + 1, BLOCK_N))
-        n_full = tl.maximum(tl.minimum(n_full, (pid_m * BLOCK_M + causal_off + 1) // BLOCK_N), 0)
+    n_full, n_blocks = kv_block_range(pid_m, n_q, n_kv, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
 
     for j in tl.range(0, n_full, warp_specialize=WARP_SPEC):
         acc, l_i, m_i = _fa3_block(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, j * BLOCK_N, offs_m,
@@ -105,13 +93,7 @@ def _fa3_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, n_q_rows, n_kv_ro
         acc, l_i, m_i = _fa3_block(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, j * BLOCK_N, offs_m,
                                    offs_n, n_kv, causal_off, qk_scale, True, CAUSAL)
 
-    o = acc / l_i[:, None]
-    row_ok = offs_m < n_q
-    o_base = bh.to(tl.int64) * n_q * HEAD_DIM
-    tl.store(O + o_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], o.to(O.dtype.element_ty),
-             mask=row_ok[:, None])
-    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
-    tl.store(LSE + bh.to(tl.int64) * n_q + offs_m, lse, mask=row_ok)
+    store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
 
 
 @triton.jit
@@ -133,40 +115,24 @@ def _fa3_fp8_fwd(Q, K, VT, QS, KS, VS, O, LSE, qk_scale, n_q, n_kv, causal_off, 
                                         block_shape=[HEAD_DIM, BLOCK_N])
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
     q = desc_q.load([bh * n_q + pid_m * BLOCK_M, 0])
     n_kv_blk = tl.cdiv(n_kv, BLOCK_N)
     q_scale = tl.load(QS + bh * tl.cdiv(n_q, BLOCK_M) + pid_m) * qk_scale
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    n_blocks = n_kv_blk
-    if CAUSAL:
-        last_row = tl.minimum((pid_m + 1) * BLOCK_M, n_q) - 1
-        n_blocks = tl.minimum(n_blocks, tl.cdiv(last_row + causal_off + 1, BLOCK_N))
+    _, n_blocks = kv_block_range(pid_m, n_q, n_kv, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
     for j in range(0, n_blocks):
         k = desc_k.load([kvh * n_kv + j * BLOCK_N, 0])
+        # S is descaled inside the softmax step (scales are positive: the max
+        # commutes with them); every block is masked, fp8 has no unmasked loop
+        qk = mask_scores(tl.dot(q, k.T), j * BLOCK_N + offs_n, offs_m, n_kv, causal_off, CAUSAL)
         s_scale = q_scale * tl.load(KS + kvh * n_kv_blk + j)
-        qk = tl.dot(q, k.T) * s_scale
-        cols = j * BLOCK_N + offs_n
-        keep = (cols < n_kv)[None, :]
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= offs_m[:, None] + causal_off)
-        qk = tl.where(keep, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, l_i, m_i = softmax_update(qk, m_i, l_i, s_scale)
         vt = desc_vt.load([kvh * HEAD_DIM, j * BLOCK_N])
         pv = tl.dot(p.to(vt.dtype), vt.T)
         acc = acc * alpha[:, None] + pv * tl.load(VS + kvh * n_kv_blk + j)
-        m_i = m_new
-    o = acc / l_i[:, None]
-    row_ok = offs_m < n_q
-    tl.store(O + bh.to(tl.int64) * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
-             o.to(O.dtype.element_ty), mask=row_ok[:, None])
-    tl.store(LSE + bh.to(tl.int64) * n_q + offs_m, (m_i + tl.math.log2(l_i)) * 0.6931471805599453,
-             mask=row_ok)
+    store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
 
 
 _ALLOCATOR_SET = False

@@ -375,6 +375,37 @@ def triton_kernels():
         tl.store(C + pid * BM * BN + rm[:, None] * BN + rn[None, :], acc + x)
 
     @triton.jit
+    def dot_pair(A, B1, B2, C, iters1, iters2, sms, BM: tl.constexpr, BK: tl.constexpr,
+                 BN1: tl.constexpr, BN2: tl.constexpr, MODE: tl.constexpr):
+        # Does a wgmma starved of SMEM operands hold the tensor pipe against other
+        # CTAs' products? Two products from SMEM: [BM, BK] x [BK, BN1] (narrow:
+        # SMEM-bound) and [BM, BK] x [BK, BN2] (wide: tensor-bound). MODE 1 or 2:
+        # every CTA runs product 1 (iters1 times) or product 2 (iters2); MODE 3:
+        # CTAs of even rounds (pid // sms) run product 1, odd rounds product 2,
+        # so every SM holds both kinds.
+        pid = tl.program_id(0)
+        rm = tl.arange(0, BM)
+        rk = tl.arange(0, BK)
+        a = tl.load(A + rm[:, None] * BK + rk[None, :])
+        first = MODE == 1
+        if MODE == 3:
+            first = (pid // sms) % 2 == 0
+        if first:
+            rn = tl.arange(0, BN1)
+            b = tl.load(B1 + rk[:, None] * BN1 + rn[None, :])
+            acc = tl.zeros([BM, BN1], tl.float32)
+            for i in range(iters1):
+                acc = tl.dot(a, b, acc)
+            tl.store(C + pid, tl.sum(tl.sum(acc, 1), 0))   # a scalar: no SMEM staging
+        else:
+            rn2 = tl.arange(0, BN2)
+            b2 = tl.load(B2 + rk[:, None] * BN2 + rn2[None, :])
+            acc2 = tl.zeros([BM, BN2], tl.float32)
+            for i in range(iters2):
+                acc2 = tl.dot(a, b2, acc2)
+            tl.store(C + pid, tl.sum(tl.sum(acc2, 1), 0))
+
+    @triton.jit
     def exp2_loop(OUT, iters, BLOCK: tl.constexpr):
         pid = tl.program_id(0)
         offs = tl.arange(0, BLOCK)
@@ -388,7 +419,8 @@ def triton_kernels():
         pass
 
     return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, l2_read=l2_read,
-                dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, exp2_loop=exp2_loop, empty=empty)
+                dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, exp2_loop=exp2_loop,
+                empty=empty)
 
 
 DOT_SHAPES = {"bf16": (128, 256, 64), "fp16": (128, 256, 64), "fp8": (128, 256, 128)}
@@ -788,6 +820,51 @@ def bench_dot_exp_overlap(r: Runner, K):
                                f"x {iters} iters; {ms:.3f} ms")
 
 
+# (narrow BN1, wide BN2, narrow products per wide one, CTAs of each kind per
+# SM) at BM = 64, BK = 64, 4 warps. SS 64x16x64 reads 10 KB of SMEM per 0.13
+# MFLOP (SMEM-bound: the wgmma_shape rows); SS 64x256x64 reads 40 KB per 2.1
+# MFLOP and SS 64x128x64 24 KB per 1 MFLOP (tensor-bound). With 6 (3) narrow
+# products per wide one, the narrow CTAs' SMEM time about equals the wide
+# ones' tensor time, so a starved wgmma that holds the pipe makes the mix take
+# their sum, independent tensor and SMEM queues 15-20% less. Residency: the
+# kernel holds both branches' operands (40 KB) and the 64x256 accumulator
+# takes 154 registers a thread, so that pair runs one CTA of each kind per SM.
+DOT_PAIRS = ((16, 256, 6, 1), (16, 128, 3, 2))
+
+
+def bench_dot_pair(r: Runner, K):
+    """A narrow (SMEM-bound) and a wide (tensor-bound) wgmma product in different
+    CTAs of one SM: time of each alone and of the two together (split), per
+    round of `iters2` wide products. Rows `dot_pair`; tests/test_wgmma_operands.py
+    replays them in the engine."""
+    torch = r.torch
+    bm, bk, warps = 64, 64, 4
+    for bn1, bn2, ratio, per_sm in DOT_PAIRS:
+        a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
+        b1 = (torch.randn(bk, bn1, device="cuda") * 0.1).to(torch.bfloat16)
+        b2 = (torch.randn(bk, bn2, device="cuda") * 0.1).to(torch.bfloat16)
+        iters2 = 1024 if not r.args.quick else 128
+        iters1 = iters2 * ratio
+        for mode, name in ((1, "narrow"), (2, "wide"), (3, "split")):
+            grid = r.sms * per_sm * (2 if mode == 3 else 1)
+            c = torch.empty(grid, device="cuda", dtype=torch.float32)
+
+            def fn():
+                return K["dot_pair"][(grid,)](a, b1, b2, c, iters1, iters2, r.sms, BM=bm, BK=bk,
+                                              BN1=bn1, BN2=bn2, MODE=mode, num_warps=warps,
+                                              num_stages=1)
+
+            compiled = fn()
+            torch.cuda.synchronize()
+            with r.sampler() as s:
+                ms = r.event_loop(fn, n=7)
+            r.add("dot_pair", f"{bm}x{bn1}x{bk}_{bm}x{bn2}x{bk}_r{ratio}_w{warps}_x{per_sm}_{name}",
+                  ms * 1e3, "us", s.mhz,
+                  detail=f"{grid} CTAs ({per_sm} per SM{', x2: half narrow, half wide' if mode == 3 else ''}); "
+                         f"narrow {iters1} iters, wide {iters2}; smem {compiled.metadata.shared} B; "
+                         f"{ms:.3f} ms")
+
+
 def _clock_of(clk):
     """SM clock (MHz) from per-block (clock64 cycles, globaltimer ns) pairs."""
     import numpy as np
@@ -1015,6 +1092,7 @@ def cmd_run(args) -> int:
              ("wgmma", lambda: [_dot_tflops(r, K, dt) for dt in ("bf16", "fp16", "fp8")]),
              ("wgmma_shapes", lambda: bench_wgmma_shapes(r, K)),
              ("dot_exp_overlap", lambda: bench_dot_exp_overlap(r, K)),
+             ("dot_pair", lambda: bench_dot_pair(r, K)),
              ("cuda", lambda: mod and bench_cuda(r, mod)),
              ("exp2_triton", lambda: bench_exp2_triton(r, K)),
              ("latency", lambda: mod and bench_latency(r, mod)),
@@ -1314,7 +1392,7 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,l2,wgmma,cuda,"
-                                              "wgmma_shapes,dot_exp_overlap,exp2_triton,latency,launch")
+                                              "wgmma_shapes,dot_exp_overlap,dot_pair,exp2_triton,latency,launch")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("check", help="compile every microkernel for sm_90 here and show its SASS")
     p.set_defaults(func=cmd_check)

@@ -40,9 +40,14 @@ def check(algo: str, problem: AttentionProblem, config: TileConfig, smem_limit: 
 def build(algo: str, problem: AttentionProblem, config: TileConfig | None = None,
           hopper: bool = True) -> Schedule:
     """The schedule of `algo` for `problem` (default config if None). Call
-    check() first to refuse configs that do not fit a GPU."""
+    check() first to refuse configs that do not fit a GPU. hopper: the GPU
+    has wgmma/TMA (default configs; fa2's sm_90 build spills registers at
+    some configs, algorithms/compiled.py)."""
     mod = module(algo)
-    return mod.build(problem, config or default_config(algo, problem, hopper))
+    cfg = config or default_config(algo, problem, hopper)
+    if mod is fa2:
+        return fa2.build(problem, cfg, hopper=hopper)
+    return mod.build(problem, cfg)
 
 
 __all__ = ["ALGORITHMS", "AttentionProblem", "TileConfig", "Schedule", "build", "check",

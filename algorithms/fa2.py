@@ -4,11 +4,14 @@ Grid: (cdiv(N_q, block_m), B·H), Q block fastest in launch order. Each CTA
 loads its Q tile once, loops over K/V blocks (skipping blocks wholly above the
 causal diagonal), keeps O, m, l in registers (warps split the Q rows: no SMEM
 exchange) and writes O and its logsumexp once. K/V loads go through Triton's
-software pipeline: cp.async into a num_stages-deep ring.
+software pipeline: cp.async into a num_stages-deep ring. Where the sm_90
+build runs out of registers (4 warps on 128-row tiles at head dim 128), each
+iteration also stores and reloads its spilled registers (algorithms/compiled.py).
 """
 from __future__ import annotations
 
-from .ops import Alu, Exp, Load, Mma, Store, Tile
+from .compiled import fa2_spills
+from .ops import Alu, Exp, Load, Mma, SmemIO, Store, Tile
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule,
                        head_layout, pipelined_loop, plain_load)
@@ -95,12 +98,17 @@ def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
     return triton_fa_smem_bytes(problem, cfg)
 
 
-def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
+def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Schedule:
+    """hopper: the sm_90 build of the kernel, whose register spills (from its
+    cubin: algorithms/compiled.py) each iteration stores and reloads through
+    the SM's L1/shared-memory path."""
     p, e, d = problem, problem.elem_bytes, problem.head_dim
     bm, bn = cfg.block_m, cfg.block_n
     n_qb = cdiv(p.seqlen_q, bm)
     bh = p.batch * p.heads
     reps = warpgroup_replicas(cfg)
+    spills = fa2_spills(p, cfg) if hopper else None
+    spill_ops = [SmemIO(spills.bytes * cfg.threads)] if spills and spills.bytes else []
 
     def program(cta: int) -> CtaProgram:
         qb, b, h, kvh, rows_q, trips = locate_q_block(p, cfg, cta)
@@ -120,7 +128,8 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                         instr_n=bn // reps),
                     Exp(scores + bm * reps, alu_flops=alu),     # P = exp2(S - m), alpha
                     Mma(bm, d, bn, p.dtype, cfg.mma,            # O += P V, P in registers
-                        a_in_smem=False, instr_n=d // reps)]
+                        a_in_smem=False, instr_n=d // reps),
+                    *spill_ops]                                  # registers spilled and reloaded
 
         def key_of(j: int):
             return block_is_masked(p, cfg, qb, j), min(bn, p.seqlen_kv - j * bn)

@@ -1,6 +1,9 @@
 """Cross-compile the fa2 (and fa3) Triton kernels for sm_90 on a CPU and record
-the shared memory Triton allocates (metadata.shared) and the registers per
-thread ptxas assigns, for the grid of configs the simulator must cover.
+the shared memory Triton allocates (metadata.shared), the registers per
+thread ptxas assigns and, for fa2, the register spills (stack frame, and the
+bytes a thread stores and reloads per iteration of the hot loop, read off the
+SASS), for the grid of configs the simulator must cover. algorithms/compiled.py
+reads the spills back for the fa2 schedule.
 
     PYTHONPATH=. python experiments/triton_smem_probe.py [--jobs 2] [--quick]
 
@@ -23,8 +26,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 H100_SMEM_PER_BLOCK = 232448  # bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin on H100
 SEQLEN = 4096  # a multiple of 16 and of every block: the launcher's common specialisation
 
+SPILL_COLUMNS = ["stack_bytes", "spill_store_bytes_per_iter", "spill_load_bytes_per_iter"]
 COLUMNS = ["block_m", "block_n", "num_warps", "num_stages", "head_dim", "causal", "dtype",
-           "smem_bytes", "n_regs", "exceeds_h100", "triton_version", "target", "date", "command"]
+           "smem_bytes", "n_regs", "exceeds_h100", *SPILL_COLUMNS, "triton_version", "target", "date",
+           "command"]
 
 
 def _one(args):
@@ -39,9 +44,9 @@ def _one(args):
     cfg = TileConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
     try:
         r = compiled_resources(p, cfg, target=(90,))
-        return args, r["smem_bytes"], r["n_regs"], ""
+        return args, r, ""
     except Exception as e:  # a config Triton refuses to compile is a data point too
-        return args, None, None, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        return args, {}, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
 
 
 def main(argv=None):
@@ -63,13 +68,15 @@ def main(argv=None):
             grid = [g for g in grid if g[4] >= 2]
         rows = []
         with ProcessPoolExecutor(max_workers=a.jobs) as ex:
-            for n, (args, smem, regs, err) in enumerate(ex.map(_one, grid), 1):
+            for n, (args, res, err) in enumerate(ex.map(_one, grid), 1):
                 _, bm, bn, warps, stages, d, causal = args
+                smem, regs = res.get("smem_bytes"), res.get("n_regs")
                 rows.append({"block_m": bm, "block_n": bn, "num_warps": warps, "num_stages": stages,
                              "head_dim": d, "causal": causal, "dtype": "bf16",
                              "smem_bytes": "" if smem is None else smem,
                              "n_regs": "" if regs is None else regs,
                              "exceeds_h100": "" if smem is None else int(smem > H100_SMEM_PER_BLOCK),
+                             **{k: "" if res.get(k) is None else res[k] for k in SPILL_COLUMNS},
                              "triton_version": triton.__version__, "target": "cuda:90",
                              "date": date, "command": command})
                 print(f"[{algo} {n}/{len(grid)}] {args[1:]} smem={smem} regs={regs} {err}",

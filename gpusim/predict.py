@@ -108,7 +108,7 @@ def predict(problem: AttentionProblem, config: TileConfig | None, gpu, algo: str
     check_supported(algo, problem, gpu)
     cfg = resolve_config(algo, problem, config, gpu)
     algorithms.check(algo, problem, cfg, gpu.residency.smem_per_block_bytes)
-    schedule = algorithms.build(algo, problem, cfg)
+    schedule = algorithms.build(algo, problem, cfg, hopper=gpu.features.wgmma)
     counts = count(schedule)
     launches = []
     for launch in schedule.launches:

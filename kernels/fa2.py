@@ -114,7 +114,8 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
     """Cross-compile the fa2 kernel for `target` (compute capability, e.g.
     (90,) for H100) without a GPU and report what Triton allocates:
     {"smem_bytes": metadata.shared, "n_regs": registers per thread from ptxas
-    (None if unavailable)}."""
+    (None if unavailable), the wgmma mix from the PTX (_wgmma_mix) and the hot
+    loop's register spill traffic from the SASS (_spills_from_cubin)}."""
     from .common import interpreting
 
     if interpreting():
@@ -146,7 +147,7 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
                                        "num_stages": config.num_stages})
     n_regs = _regs_from_cubin(compiled)
     return {"smem_bytes": int(compiled.metadata.shared), "n_regs": n_regs,
-            **_wgmma_mix(compiled.asm.get("ptx", ""))}
+            **_wgmma_mix(compiled.asm.get("ptx", "")), **_spills_from_cubin(compiled)}
 
 
 def _wgmma_mix(ptx: str) -> dict:
@@ -168,29 +169,66 @@ def _wgmma_mix(ptx: str) -> dict:
             "qk_instrs_per_iter": len(ss) // 2, "pv_instrs_per_iter": len(rs) // 2}
 
 
-def _regs_from_cubin(compiled):
-    """Registers per thread: n_regs is only filled in when a driver loads the
-    binary, so read it from the cubin's .nv.info with cuobjdump (bundled)."""
-    import re
+def _cuobjdump(compiled, flag: str) -> str | None:
+    """cuobjdump's output (`-res-usage`, `-sass`) for the compiled cubin, with
+    the tool Triton bundles; None without a cubin or the tool."""
+    import os
     import subprocess
     import tempfile
 
-    from triton.backends.nvidia.compiler import get_ptxas  # noqa: F401  (bundled tools)
-
     cubin = compiled.asm.get("cubin")
-    if cubin is None:
-        return None
-    import os
-
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    if not os.path.exists(tool):
+    if cubin is None or not os.path.exists(tool):
         return None
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
-    m = re.search(r"REG:(\d+)", out)
+        return subprocess.run([tool, flag, f.name], capture_output=True, text=True).stdout
+
+
+def _regs_from_cubin(compiled):
+    """Registers per thread: n_regs is only filled in when a driver loads the
+    binary, so read it from the cubin's .nv.info with cuobjdump (bundled)."""
+    import re
+
+    out = _cuobjdump(compiled, "-res-usage")
+    m = re.search(r"REG:(\d+)", out or "")
     return int(m.group(1)) if m else None
+
+
+def _spills_from_cubin(compiled) -> dict:
+    """Register spills, from the SASS: the stack frame ptxas gave a thread
+    (STACK in -res-usage) and the bytes a thread stores to and loads from it
+    (STL/LDL, 4 bytes unless .64/.128) in one iteration of the hot loop -- the
+    backward branch whose body holds the most HGMMA (wgmma) instructions; the
+    unmasked loop comes first. Empty without cuobjdump."""
+    import re
+
+    res, sass = _cuobjdump(compiled, "-res-usage"), _cuobjdump(compiled, "-sass")
+    if res is None or sass is None:
+        return {}
+    stack = re.search(r"STACK:(\d+)", res)
+    code = [(int(m.group(1), 16), m.group(2)) for m in
+            re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    at = {addr: k for k, (addr, _) in enumerate(code)}
+    best, hot = 0, []
+    for k, (addr, ins) in enumerate(code):
+        m = re.search(r"\bBRA\s+0x([0-9a-f]+)", ins)
+        target = int(m.group(1), 16) if m else None
+        if target is not None and target <= addr and target in at:
+            body = [i for _, i in code[at[target]:k + 1]]
+            wgmma = sum("HGMMA" in i for i in body)
+            if wgmma > best:
+                best, hot = wgmma, body
+
+    def nbytes(i):
+        width = re.search(r"\b(?:STL|LDL)\.(?:U)?(64|128)\b", i)
+        return int(width.group(1)) // 8 if width else 4
+
+    stores = sum(nbytes(i) for i in hot if re.search(r"\bSTL\b|\bSTL\.", i))
+    loads = sum(nbytes(i) for i in hot if re.search(r"\bLDL\b|\bLDL\.", i))
+    return {"stack_bytes": int(stack.group(1)) if stack else None,
+            "spill_store_bytes_per_iter": stores, "spill_load_bytes_per_iter": loads}
 
 
 def _compile_in_subprocess(module, problem, config, target):

@@ -53,3 +53,45 @@ def test_fa2_schedule_follows_the_compiled_wgmma_layout(cfg):
     slices_per_wg = max(1, bm // TRITON_WARPGROUP_ROWS // max(1, w // WARPS_PER_WARPGROUP))
     assert got["qk_instrs_per_iter"] == slices_per_wg * reps * (d // 16)
     assert got["pv_instrs_per_iter"] == slices_per_wg * (bn // 16)
+
+
+@pytest.mark.parametrize("cfg", [(128, 64, 4, 3, 128, 0), (128, 64, 8, 3, 128, 0)])
+def test_spills_match_the_probe_table(cfg):
+    """The spill traffic the fa2 schedule charges (algorithms/compiled.py, from
+    the committed probe CSV) is what a live sm_90 compile shows: 4 warps on
+    128 x 128 accumulators run out of registers and spill in the hot loop, 8
+    warps do not."""
+    pytest.importorskip("triton")
+    from algorithms.compiled import fa2_spills
+    from kernels.fa2 import compiled_resources
+
+    bm, bn, w, s, d, c = cfg
+    problem = AttentionProblem(1, 16, 4096, d, causal=bool(c))
+    tile = TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s)
+    got = compiled_resources(problem, tile)
+    table = fa2_spills(problem, tile)
+    assert table is not None
+    assert (got["spill_store_bytes_per_iter"], got["spill_load_bytes_per_iter"]) == \
+        (table.store_bytes, table.load_bytes)
+    assert (table.bytes > 0) == (w == 4)
+
+
+def test_fa2_schedule_charges_spills_on_hopper_only():
+    """Each iteration moves the spilled bytes of every thread through the SM's
+    L1/SMEM path on Hopper (the sm_90 build); elsewhere the build differs and
+    the probe says nothing."""
+    import algorithms
+    from algorithms.compiled import fa2_spills
+    from algorithms.ops import Loop, SmemIO
+
+    problem = AttentionProblem(1, 16, 4096, 128)
+    tile = TileConfig(block_m=128, block_n=64, num_warps=4, num_stages=3)
+    spills = fa2_spills(problem, tile)
+
+    def spill_ops(hopper):
+        role = algorithms.build("fa2", problem, tile, hopper=hopper).launches[0].program(0).roles[0]
+        loop = next(it for it in role.items if isinstance(it, Loop))
+        return [op for op in loop.body(0) if isinstance(op, SmemIO)]
+
+    assert spill_ops(True) == [SmemIO(spills.bytes * tile.threads)]
+    assert spill_ops(False) == []

@@ -34,7 +34,8 @@ def run(a) -> int:
     check_supported(a.algo, problem, gpu)
     algorithms.check(a.algo, problem, config, gpu.residency.smem_per_block_bytes)
     tracer = Tracer(max_sms=a.sms)
-    result = simulate(algorithms.build(a.algo, problem, config), gpu, fast=a.fast, tracer=tracer)
+    schedule = algorithms.build(a.algo, problem, config, hopper=gpu.features.wgmma)
+    result = simulate(schedule, gpu, fast=a.fast, tracer=tracer)
     tracer.write_chrome(a.output)
     print(f"{a.algo} on {gpu.name}: {result.runtime_s * 1e6:,.1f} us, {len(tracer.slices):,} slices "
           f"of {a.sms} SMs -> {a.output}")

@@ -1,0 +1,59 @@
+"""What the compiler made of our Triton fa2 kernel for sm_90 (H100/H200), for
+its schedule: register spills read off cross-compiled binaries by
+experiments/triton_smem_probe.py (experiments/results/triton_smem_fa2.csv,
+no GPU, no timing). With 4 warps and block_m = 128 at head dim 128, ptxas
+runs out of its 255 registers and a thread stores and reloads a few hundred
+bytes of its accumulators to its stack in every loop iteration; that local
+memory traffic goes through the SM's L1, the same data path as shared memory.
+
+Configs the table lacks, and fp8, get no spills (the table is bf16; fp16 has
+the same register allocation as bf16)."""
+from __future__ import annotations
+
+import csv
+import functools
+import os
+from dataclasses import dataclass
+
+from .problem import AttentionProblem, TileConfig
+
+TABLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                     "experiments", "results", "triton_smem_fa2.csv")
+SIXTEEN_BIT = ("bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Spills:
+    """Per thread and per iteration of the K/V loop."""
+
+    store_bytes: int
+    load_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        return self.store_bytes + self.load_bytes
+
+
+@functools.lru_cache(maxsize=1)
+def _fa2_table() -> dict:
+    table = {}
+    if not os.path.exists(TABLE):
+        return table
+    with open(TABLE, newline="") as f:
+        for r in csv.DictReader(f):
+            if not r.get("spill_store_bytes_per_iter"):
+                continue
+            key = tuple(int(r[k]) for k in ("block_m", "block_n", "num_warps", "num_stages",
+                                             "head_dim", "causal"))
+            table[key] = Spills(int(r["spill_store_bytes_per_iter"]), int(r["spill_load_bytes_per_iter"]))
+    return table
+
+
+def fa2_spills(problem: AttentionProblem, cfg: TileConfig) -> Spills | None:
+    """The fa2 kernel's spill traffic for this config on sm_90, or None where
+    the probe has no row."""
+    if problem.dtype not in SIXTEEN_BIT:
+        return None
+    key = (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, problem.head_dim,
+           int(problem.causal))
+    return _fa2_table().get(key)

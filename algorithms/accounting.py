@@ -144,6 +144,8 @@ def count(schedule: Schedule) -> Counts:
     tensors = schedule.tensors
     unknown = (read | written) - tensors.keys()
     assert not unknown, f"{schedule.algo}: ops touch undeclared tensors {sorted(unknown)}"
+    # thread stacks (register spills) are scratch that never needs to reach HBM
+    scratch = {t for t in tensors if tensors[t].kind == "local"}
     return Counts(launches,
-                  compulsory_read_bytes=sum(tensors[t].nbytes for t in read),
-                  compulsory_write_bytes=sum(tensors[t].nbytes for t in written))
+                  compulsory_read_bytes=sum(tensors[t].nbytes for t in read - scratch),
+                  compulsory_write_bytes=sum(tensors[t].nbytes for t in written - scratch))

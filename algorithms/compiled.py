@@ -3,8 +3,9 @@ its schedule: register spills read off cross-compiled binaries by
 experiments/triton_smem_probe.py (experiments/results/triton_smem_fa2.csv,
 no GPU, no timing). With 4 warps and block_m = 128 at head dim 128, ptxas
 runs out of its 255 registers and a thread stores and reloads a few hundred
-bytes of its accumulators to its stack in every loop iteration; that local
-memory traffic goes through the SM's L1, the same data path as shared memory.
+bytes of its accumulators to its stack in every loop iteration. That local
+memory traffic mostly misses L1 (ncu: experiments/spill_counters.py) and
+goes to L2.
 
 Configs the table lacks, and fp8, get no spills (the table is bf16; fp16 has
 the same register allocation as bf16)."""
@@ -24,8 +25,10 @@ SIXTEEN_BIT = ("bf16", "fp16")
 
 @dataclass(frozen=True)
 class Spills:
-    """Per thread and per iteration of the K/V loop."""
+    """Per thread: the stack frame, and what one iteration of the K/V loop
+    stores to it and loads from it."""
 
+    stack_bytes: int
     store_bytes: int
     load_bytes: int
 
@@ -45,7 +48,8 @@ def _fa2_table() -> dict:
                 continue
             key = tuple(int(r[k]) for k in ("block_m", "block_n", "num_warps", "num_stages",
                                              "head_dim", "causal"))
-            table[key] = Spills(int(r["spill_store_bytes_per_iter"]), int(r["spill_load_bytes_per_iter"]))
+            table[key] = Spills(int(r["stack_bytes"] or 0), int(r["spill_store_bytes_per_iter"]),
+                                int(r["spill_load_bytes_per_iter"]))
     return table
 
 

@@ -42,7 +42,7 @@ class TensorSpec:
     instances: int
     rows: int
     row_bytes: int
-    kind: str  # "input", "output", "intermediate" (S, P) or "workspace" (FA1's O, l, m)
+    kind: str  # "input", "output", "intermediate" (S, P), "workspace" (FA1's O, l, m) or "local" (spills)
 
     @property
     def nbytes(self) -> int:
@@ -102,6 +102,7 @@ def pipelined_loop(
     compute_of: Callable[[int], Sequence[Item]],
     stages: int,
     key_of: Callable[[int], object] | None = None,
+    compute_memory: Callable[[int], Sequence[Op]] | None = None,
 ) -> list[Item]:
     """A loop whose loads run `stages - 1` iterations ahead of its compute, as
     Triton's software pipeliner arranges it with cp.async (num_stages buffers).
@@ -112,13 +113,16 @@ def pipelined_loop(
     `name.ready` counts arrived tiles; a buffer is reused only after the
     iteration that read it finished, which program order guarantees.
     key_of(i): the cost label of iteration i's loads and compute (see Loop.key).
+    compute_memory(i): the Loads and Stores inside compute_of(i), if any (fa2's
+    register spills), for Loop.memory.
     """
+    extra = compute_memory or (lambda i: ())
     if trips <= 0:
         return []
     if stages <= 1:
         def body(i: int) -> list[Item]:
             return [*loads_of(i), *compute_of(i)]
-        return [Loop(name, trips, body, key_of, memory=loads_of)]
+        return [Loop(name, trips, body, key_of, memory=lambda i: [*loads_of(i), *extra(i)])]
 
     barrier = f"{name}.ready"
     lookahead = stages - 1
@@ -138,7 +142,8 @@ def pipelined_loop(
     for i in range(min(lookahead, trips)):
         prologue.extend(issue(i))
     def memory(i: int) -> list[Op]:
-        return list(loads_of(i + lookahead)) if i + lookahead < trips else []
+        ahead = list(loads_of(i + lookahead)) if i + lookahead < trips else []
+        return [*ahead, *extra(i)]
 
     return [*prologue, Loop(name, trips, body, key if key_of else None, memory=memory)]
 

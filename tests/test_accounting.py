@@ -4,6 +4,7 @@ from hypothesis import given, settings, strategies as st
 import algorithms
 from algorithms.accounting import count
 from algorithms.fa1 import last_kv_block, paper_block_sizes
+from algorithms.compiled import fa2_spills
 from algorithms.fa2 import kv_trips
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
@@ -45,7 +46,10 @@ def test_fa2_noncausal_reads_q_once_kv_once_per_q_block(p, cfg):
     s = sizes(p)
     assert c.load_bytes["Q"] == s["q"]
     assert c.load_bytes["K"] == c.load_bytes["V"] == bh * n_qb * p.seqlen_kv * row
-    assert c.store_bytes == {"O": s["o"], "LSE": 4 * s["rows"]}
+    # registers the sm_90 build spills go to the CTA's stack every iteration
+    spills = fa2_spills(p, cfg)
+    spilled = {"local": spills.store_bytes * cfg.threads * bh * n_qb * n_kb} if spills and spills.bytes else {}
+    assert c.store_bytes == {"O": s["o"], "LSE": 4 * s["rows"], **spilled}
     assert c.flops_matmul == 4 * bh * n_qb * cfg.block_m * n_kb * cfg.block_n * p.head_dim
     assert c.compulsory_read_bytes == s["q"] + 2 * s["kv"]
     assert c.compulsory_write_bytes == s["o"] + 4 * s["rows"]
@@ -118,7 +122,10 @@ def test_fa3_moves_the_same_bytes_as_fa2_with_the_same_tiles(p, block_n):
     fa3_cfg = algorithms.default_config("fa3", p).with_(block_n=block_n)
     fa2_cfg = TileConfig(block_m=fa3_cfg.block_m, block_n=block_n)
     a, b = count(algorithms.build("fa3", p, fa3_cfg)), count(algorithms.build("fa2", p, fa2_cfg))
-    assert a.load_bytes == b.load_bytes and a.store_bytes == b.store_bytes
+    # fa2's sm_90 build spills registers at 4 warps on 128 rows (its stack,
+    # tensor "local"); the tensors both read and write are the same bytes
+    tensors = lambda by: {t: n for t, n in by.items() if t != "local"}
+    assert a.load_bytes == tensors(b.load_bytes) and a.store_bytes == tensors(b.store_bytes)
     assert a.flops_matmul == b.flops_matmul
 
 

@@ -77,21 +77,26 @@ def test_spills_match_the_probe_table(cfg):
 
 
 def test_fa2_schedule_charges_spills_on_hopper_only():
-    """Each iteration moves the spilled bytes of every thread through the SM's
-    L1/SMEM path on Hopper (the sm_90 build); elsewhere the build differs and
-    the probe says nothing."""
+    """Each iteration stores the spilled registers of every thread to the CTA's
+    stack and reloads them, through L2 (L1 barely keeps them: ncu), on Hopper
+    (the sm_90 build); elsewhere the build differs and the probe says nothing."""
     import algorithms
     from algorithms.compiled import fa2_spills
-    from algorithms.ops import Loop, SmemIO
+    from algorithms.ops import LD, Load, Loop, Store
 
     problem = AttentionProblem(1, 16, 4096, 128)
     tile = TileConfig(block_m=128, block_n=64, num_warps=4, num_stages=3)
     spills = fa2_spills(problem, tile)
 
     def spill_ops(hopper):
-        role = algorithms.build("fa2", problem, tile, hopper=hopper).launches[0].program(0).roles[0]
+        schedule = algorithms.build("fa2", problem, tile, hopper=hopper)
+        role = schedule.launches[0].program(0).roles[0]
         loop = next(it for it in role.items if isinstance(it, Loop))
-        return [op for op in loop.body(0) if isinstance(op, SmemIO)]
+        ops = [op for op in loop.body(0) if isinstance(op, (Load, Store)) and op.tile.tensor == "local"]
+        return ops, "local" in schedule.tensors
 
-    assert spill_ops(True) == [SmemIO(spills.bytes * tile.threads)]
-    assert spill_ops(False) == []
+    ops, declared = spill_ops(True)
+    assert [(type(op), op.nbytes) for op in ops] == [
+        (Store, spills.store_bytes * tile.threads), (Load, spills.load_bytes * tile.threads)]
+    assert ops[1].engine == LD and declared
+    assert spill_ops(False) == ([], False)

@@ -370,60 +370,67 @@ class Engine:
     def _skip_in_place(self, loop: Loop, first: int, count: int, period: float, per_iteration,
                        role: _Role, cta: _Cta):
         """A single-role CTA skips `count` iterations: it waits them out at the
-        measured period, their work a background load over the wait.
+        measured period, chunk by chunk (_chunks), their work a background
+        load over the wait and their loads and stores passing through L2 chunk
+        by chunk: replayed tile by tile for loops that declare their accesses
+        (Loop.memory: the pipelined K/V and GEMM loops), as an anonymous
+        entry for nested loops (FA1's Q/O loop, too many ops to replay).
 
-        Loops that declare their accesses (Loop.memory: the pipelined K/V and
-        GEMM loops) replay their loads and stores through L2 chunk by chunk
-        (_chunks), and their period holds only while the SM's other
-        residents stay: a CTA or ghost batch arriving or leaving (_disturb)
-        ends the wait early, the iterations done by then are charged and the
-        rest is timed again. (A CTA that timed its period alone on an SM
-        between two waves once kept it for its whole loop: its successors
-        queued behind its background and the launch came out 35% fast; fa2
-        B1 H32 N16384 D64 128x32.) Nested loops (FA1's Q/O loop) have too
-        many ops to replay: L2 takes an anonymous entry for the whole skip,
-        which is not cut short (re-timing it over-polluted L2: FA1 B16 H32
-        N1024 D64 came out 7% slower than its full simulation, against 3%).
+        A period holds only for the load it was timed under. The rest of a
+        run is timed again (the iterations done are charged) when
+        - the SM's residents change (_disturb; declared loops only): a CTA
+          that timed its period alone between two waves once kept it for its
+          whole loop, its successors queued behind its background and the
+          launch came out 35% fast (fa2 B1 H32 N16384 D64 128x32);
+        - its period was set by HBM and HBM now has nothing queued (_stale):
+          FA1's outer loop timed during the first wave's burst kept periods
+          of 90-430 µs while HBM sat two-thirds idle (B8 H32 N2048 D64: 2.5x
+          the full simulation).
+        A chunk whose work its units have not served by its end (a period
+        timed under lighter load) waits for them, as a ghost batch does
+        (standard's PV GEMM: +48% over the full simulation before).
         Returns the number of iterations done."""
         env, sm = self.env, cta.sm
         start = env.now
+        replayed = loop.memory is not None
         work = [w * count for w in per_iteration]
-        if loop.memory is None:
-            until = start + count * period
-            self.mem.pollute(start, until, work[MISS], work[STORE])
-            self._background(sm, start, until, work)
-            for slot in range(N_COUNTERS):
-                role.c[slot] += work[slot]
-            self.events += 1
-            yield env.timeout(count * period)
-            return count
-        work[MISS] = work[HBM] = 0.0     # HBM work comes chunk by chunk from the replay
+        if replayed:     # HBM work comes chunk by chunk from the replay
+            work[MISS] = work[HBM] = 0.0
         handles = self._background(sm, start, start + count * period, work)
-        done, missed = 0, 0
+        # HBM paces the loop when all CTAs' HBM work outweighs the CTA's own
+        # busiest unit (not measured against the period: that may be the stale part)
+        hbm_bound = per_iteration[HBM] * self._slots >= max(per_iteration[TENSOR:HBM])
+        done, missed, polluted = 0, 0, 0.0
         for lo, hi in self._chunks(count):
-            chunk_start = env.now
-            missed += self._replay_memory(loop, first + lo, hi - lo, chunk_start + (hi - lo) * period)
-            disturbed = yield self._skip_wait(sm, (hi - lo) * period)
+            chunk_start, chunk_end = env.now, env.now + (hi - lo) * period
+            if replayed:
+                missed += self._replay_memory(loop, first + lo, hi - lo, chunk_end)
+                disturbed = yield self._skip_wait(sm, chunk_end - chunk_start)
+            else:
+                self.mem.pollute(chunk_start, chunk_end, per_iteration[MISS] * (hi - lo),
+                                 per_iteration[STORE] * (hi - lo))
+                polluted += hi - lo
+                disturbed = yield env.timeout(chunk_end - chunk_start, False)
             self.events += 1
             if not disturbed:
                 done = hi
-                # A period timed under lighter load than the chunk met: the
-                # chunk ends when its work is served (as for ghost batches).
-                # (The first CTAs of standard's PV GEMM timed their loop before
-                # HBM filled up, then queued the others behind their background:
-                # +48% over the full simulation, B4 H16 N2048 D64 causal.)
                 served = self._served_by(None, work, hbm=missed > 0)
                 if served > env.now:
                     yield env.timeout(served - env.now)
-                continue
-            done = lo + min(hi - lo, int((env.now - chunk_start) / period))
+                if hi == count or not (hbm_bound and self.mem.hbm.served_by(env.now) <= env.now):
+                    continue
+            else:
+                done = lo + min(hi - lo, int((env.now - chunk_start) / period))
             # The rest is timed again, its loads served again: its SM and L2
-            # work stops here (not HBM's: the replayed tiles now sit in L2).
-            for server, handle in zip(sm.units + [self.mem.l2], handles):
+            # work stops here, and HBM's unless replayed (those tiles now sit
+            # in L2); an anonymous entry already covers its chunk.
+            for server, handle in zip(sm.units + [self.mem.l2, self.mem.hbm],
+                                      handles if not replayed else handles[:-1]):
                 server.cancel_background(handle, env.now)
             break
         charged = [w * done for w in per_iteration]
-        charged[MISS], charged[HBM] = missed, missed * self.mem.hbm_s_per_byte
+        if replayed:
+            charged[MISS], charged[HBM] = missed, missed * self.mem.hbm_s_per_byte
         for slot in range(N_COUNTERS):
             role.c[slot] += charged[slot]
         return done
@@ -685,6 +692,7 @@ class Engine:
         busy0 = self._busy_snapshot()
         self._num_warps = launch.threads // 32
         slots = [(slot, sm) for slot in range(ctas_per_sm) for sm in self.sms]
+        self._slots = min(len(slots), launch.grid)    # CTAs that can run at once
         state = {"next": 0, "samples": {}, "slots": len(slots), "simulated": 0, "ghosted": 0,
                  "warm": False}
         procs = [env.process(self._slot(launch, sm, state)) for _, sm in slots]

@@ -406,6 +406,31 @@ def triton_kernels():
             tl.store(C + pid, tl.sum(tl.sum(acc2, 1), 0))
 
     @triton.jit
+    def dot_chain(A, B, V, C, iters, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  D: tl.constexpr):
+        # A dependent chain per iteration, operands on chip: S = A·B (SMEM
+        # operands), an exp2 and a row max on S, then acc += P·V with P from
+        # registers -- the shape of a flash-attention step without its loads.
+        # Timed at 1, 2, 4 CTAs per SM: how much of the chain's latency other
+        # CTAs hide (an SM's throughput vs one warpgroup's round trip).
+        pid = tl.program_id(0)
+        rm = tl.arange(0, BM)
+        rn = tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        rd = tl.arange(0, D)
+        a = tl.load(A + rm[:, None] * BK + rk[None, :])
+        b = tl.load(B + rk[:, None] * BN + rn[None, :])
+        v = tl.load(V + rn[:, None] * D + rd[None, :])
+        acc = tl.zeros([BM, D], tl.float32)
+        m = tl.zeros([BM], tl.float32)
+        for i in range(iters):
+            s = tl.dot(a, b)
+            m = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s * 0.01 - m[:, None] * 0.01)
+            acc = tl.dot(p.to(v.dtype), v, acc)
+        tl.store(C + pid, tl.sum(tl.sum(acc, 1), 0) + tl.sum(m, 0))
+
+    @triton.jit
     def exp2_loop(OUT, iters, BLOCK: tl.constexpr):
         pid = tl.program_id(0)
         offs = tl.arange(0, BLOCK)
@@ -419,8 +444,8 @@ def triton_kernels():
         pass
 
     return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, l2_read=l2_read,
-                dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, exp2_loop=exp2_loop,
-                empty=empty)
+                dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, dot_chain=dot_chain,
+                exp2_loop=exp2_loop, empty=empty)
 
 
 DOT_SHAPES = {"bf16": (128, 256, 64), "fp16": (128, 256, 64), "fp8": (128, 256, 128)}
@@ -865,6 +890,39 @@ def bench_dot_pair(r: Runner, K):
                          f"{ms:.3f} ms")
 
 
+# (BM, BN, D, warps): flash-attention step shapes (block_m, block_n, head dim).
+DOT_CHAINS = ((64, 32, 128, 4), (64, 64, 128, 4), (128, 64, 128, 8), (128, 64, 128, 4),
+              (64, 64, 64, 4), (128, 64, 64, 8))
+
+
+def bench_dot_chain(r: Runner, K):
+    """Time per iteration of the dependent chain S = A·B -> exp2, row max ->
+    acc += P·V with 1, 2 and 4 CTAs per SM (rows `dot_chain`). With one CTA an
+    iteration costs the chain's round trip; with more, the SM's throughput."""
+    torch = r.torch
+    for bm, bn, d, warps in DOT_CHAINS:
+        a = (torch.randn(bm, d, device="cuda") * 0.1).to(torch.bfloat16)
+        b = (torch.randn(d, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        v = (torch.randn(bn, d, device="cuda") * 0.1).to(torch.bfloat16)
+        iters = 2048 if not r.args.quick else 256
+        for per_sm in (1, 2, 4):
+            grid = r.sms * per_sm
+            c = torch.empty(grid, device="cuda", dtype=torch.float32)
+
+            def fn():
+                return K["dot_chain"][(grid,)](a, b, v, c, iters, BM=bm, BN=bn, BK=d, D=d,
+                                               num_warps=warps, num_stages=1)
+
+            compiled = fn()
+            torch.cuda.synchronize()
+            with r.sampler() as s:
+                ms = r.event_loop(fn, n=7)
+            r.add("dot_chain", f"{bm}x{bn}x{d}_w{warps}_x{per_sm}", ms * 1e3 / iters, "us/iter", s.mhz,
+                  detail=f"{grid} CTAs ({per_sm} per SM, if registers allow: "
+                         f"{getattr(compiled, 'n_regs', '?')} a thread) x {iters} iters; "
+                         f"smem {compiled.metadata.shared} B; {ms:.3f} ms; flops/iter/CTA {4 * bm * bn * d}")
+
+
 def _clock_of(clk):
     """SM clock (MHz) from per-block (clock64 cycles, globaltimer ns) pairs."""
     import numpy as np
@@ -1093,6 +1151,7 @@ def cmd_run(args) -> int:
              ("wgmma_shapes", lambda: bench_wgmma_shapes(r, K)),
              ("dot_exp_overlap", lambda: bench_dot_exp_overlap(r, K)),
              ("dot_pair", lambda: bench_dot_pair(r, K)),
+             ("dot_chain", lambda: bench_dot_chain(r, K)),
              ("cuda", lambda: mod and bench_cuda(r, mod)),
              ("exp2_triton", lambda: bench_exp2_triton(r, K)),
              ("latency", lambda: mod and bench_latency(r, mod)),
@@ -1392,7 +1451,7 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,l2,wgmma,cuda,"
-                                              "wgmma_shapes,dot_exp_overlap,dot_pair,exp2_triton,latency,launch")
+                                              "wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,exp2_triton,latency,launch")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("check", help="compile every microkernel for sm_90 here and show its SASS")
     p.set_defaults(func=cmd_check)

@@ -30,12 +30,15 @@ Fast path (fast=True), in two levels, both extrapolating measured time:
    chunks near their own time, for the HBM bytes; others take the sampled
    miss rate. A period holds for the contention it was timed under: when a
    CTA arrives on or leaves an SM, the in-place skips of declared loops
-   there stop and time the rest again (_disturb).
+   there stop and time the rest again (_disturb), and so does a skip whose
+   period HBM set once HBM has nothing queued; a skip chunk whose work its
+   global units have not served by its end waits for them.
 2. CTA ghosting: once the CTAs of a cost class (Launch.cost_key) that started
    under steady contention -- after the first wave, with L2 settled (full,
    and rid of an earlier launch's dirty tiles) -- take the same time, later
    CTAs of that class hold their slot for that time with their mean work as
-   background load, in batches over long runs.
+   background load, in batches over long runs; a batch ends when the units it
+   loaded have served it.
 fast=False simulates every operation; tests hold the two paths together.
 """
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """What the compiler made of our Triton fa2 kernel for sm_90 (H100/H200), for
 its schedule: register spills read off cross-compiled binaries by
 experiments/triton_smem_probe.py (experiments/results/triton_smem_fa2.csv,
-no GPU, no timing). With 4 warps and block_m = 128 at head dim 128, ptxas
-runs out of its 255 registers and a thread stores and reloads a few hundred
-bytes of its accumulators to its stack in every loop iteration. That local
-memory traffic mostly misses L1 (ncu: experiments/spill_counters.py) and
-goes to L2.
+no GPU, no timing). Above all with 4 warps and block_m = 128 at head dim 128
+(also some D = 64 and D = 256 configs), ptxas runs out of its 255 registers
+and a thread stores and reloads hundreds of bytes (up to ~1.5 KB) of its
+accumulators to its stack in every loop iteration. That local memory traffic
+mostly misses L1 (ncu: experiments/spill_counters.py, 0.5-40% of the reloads
+hit) and the model sends all of it to L2.
 
 Configs the table lacks, and fp8, get no spills (the table is bf16; fp16 has
 the same register allocation as bf16)."""
@@ -14,6 +15,7 @@ from __future__ import annotations
 import csv
 import functools
 import os
+import warnings
 from dataclasses import dataclass
 
 from .problem import AttentionProblem, TileConfig
@@ -41,6 +43,8 @@ class Spills:
 def _fa2_table() -> dict:
     table = {}
     if not os.path.exists(TABLE):
+        warnings.warn(f"{TABLE} is missing: fa2 predictions run without register spills "
+                      f"(regenerate it with experiments/triton_smem_probe.py)")
         return table
     with open(TABLE, newline="") as f:
         for r in csv.DictReader(f):

@@ -5,9 +5,9 @@ loads its Q tile once, loops over K/V blocks (skipping blocks wholly above the
 causal diagonal), keeps O, m, l in registers (warps split the Q rows: no SMEM
 exchange) and writes O and its logsumexp once. K/V loads go through Triton's
 software pipeline: cp.async into a num_stages-deep ring. Where the sm_90
-build runs out of registers (4 warps on 128-row tiles at head dim 128), each
-iteration also stores and reloads its spilled registers through L2
-(algorithms/compiled.py).
+build runs out of registers (4 warps on 128-row tiles at head dim 128 above
+all; the probe table lists every config), each iteration also stores and
+reloads its spilled registers through L2 (algorithms/compiled.py).
 """
 from __future__ import annotations
 
@@ -119,16 +119,19 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
                     Load(Tile("V", b, kvh, j), rows_k * d * e)]
 
         # Spilled registers live in the CTA's local memory (its threads'
-        # stacks), which L1 barely keeps: ncu counts 40% (128x64 w4) and 0.5%
-        # (128x128 w4) of those loads hitting L1 (spill_counters_h100.csv),
-        # so each iteration stores them to L2 and waits to reload them.
+        # stacks), which L1 keeps poorly: ncu counts 40% (128x64 w4) and 0.5%
+        # (128x128 w4) of those loads hitting L1 (spill_counters_h100.csv).
+        # The model sends them all to L2 (scratch: kept clean there, never
+        # written back) and waits to reload them.
         stack = Tile("local", b, h, qb)
 
         def spill_traffic(j: int):
             if not spilling:
                 return []
-            return [Store(stack, spills.store_bytes * cfg.threads),
-                    plain_load(stack, spills.load_bytes * cfg.threads)]
+            ops = [Store(stack, spills.store_bytes * cfg.threads)] if spills.store_bytes else []
+            if spills.load_bytes:
+                ops.append(plain_load(stack, spills.load_bytes * cfg.threads))
+            return ops
 
         def compute_of(j: int):
             # every warpgroup computing a row of S counts (see warpgroup_replicas)

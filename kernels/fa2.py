@@ -199,9 +199,10 @@ def _regs_from_cubin(compiled):
 def _spills_from_cubin(compiled) -> dict:
     """Register spills, from the SASS: the stack frame ptxas gave a thread
     (STACK in -res-usage) and the bytes a thread stores to and loads from it
-    (STL/LDL, 4 bytes unless .64/.128) in one iteration of the hot loop -- the
-    backward branch whose body holds the most HGMMA (wgmma) instructions; the
-    unmasked loop comes first. Empty without cuobjdump."""
+    (STL/LDL, 4 bytes unless a width modifier says otherwise, LDL.LU.64
+    included) in one iteration of the hot loop -- the backward branch whose
+    body holds the most HGMMA (wgmma) instructions; the unmasked loop comes
+    first. Empty without cuobjdump or without such a loop (unknown, not 0)."""
     import re
 
     res, sass = _cuobjdump(compiled, "-res-usage"), _cuobjdump(compiled, "-sass")
@@ -222,9 +223,14 @@ def _spills_from_cubin(compiled) -> dict:
                 best, hot = wgmma, body
 
     def nbytes(i):
-        width = re.search(r"\b(?:STL|LDL)\.(?:U)?(64|128)\b", i)
-        return int(width.group(1)) // 8 if width else 4
+        # STL/LDL with any modifiers (.LU: last use, .U8, .S16, .64, .128)
+        width = re.search(r"\b(?:STL|LDL)(?:\.[A-Z]+)*\.(U8|S8|U16|S16|64|128)\b", i)
+        if not width:
+            return 4
+        return {"U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}[width.group(1)]
 
+    if not best:
+        return {}
     stores = sum(nbytes(i) for i in hot if re.search(r"\bSTL\b|\bSTL\.", i))
     loads = sum(nbytes(i) for i in hot if re.search(r"\bLDL\b|\bLDL\.", i))
     return {"stack_bytes": int(stack.group(1)) if stack else None,

@@ -215,3 +215,18 @@ def test_skips_paced_by_hbm_are_retimed_once_hbm_idles():
     fast, full = simulate(schedule, H100, fast=True), simulate(schedule, H100, fast=False)
     assert abs(fast.runtime_s / full.runtime_s - 1) <= 0.15
     assert fast.requested_bytes == full.requested_bytes
+
+
+def test_register_spills_stay_in_l2():
+    """The thread stacks that 128x128 tiles with 4 warps spill to (sm_90 build)
+    are scratch, overwritten in place: their stores pass through L2 but never
+    reach HBM, fast-forwarded or not (each CTA's stack once counted as an HBM
+    write: 50.6 MB, 3x the 17 MB of O and LSE, and 158.6 MB on the fast path)."""
+    problem = AttentionProblem(batch=2, heads=16, seqlen_q=2048, head_dim=128)
+    config = TileConfig(block_m=128, block_n=128, num_warps=4, num_stages=3)
+    schedule = algorithms.build("fa2", problem, config, hopper=True)
+    assert "local" in schedule.tensors
+    compulsory = count(schedule).compulsory_write_bytes
+    for fast in (True, False):
+        result = simulate(schedule, H100, fast=fast)
+        assert result.hbm_write_bytes <= compulsory * 1.01, (fast, result.hbm_write_bytes, compulsory)

@@ -57,11 +57,12 @@ from .servers import Barrier, Server
 
 # Counter slots per role: bytes, then seconds of service per unit.
 REQ, MISS, STORE = 0, 1, 2
+SCRATCH = 10       # bytes stored to scratch (spills): never dirty in L2
 SM_UNITS = ("tensor_cores", "sfu_exp2", "fma_pipe", "smem", "sm_l2_port")
 GLOBAL_UNITS = ("l2_bandwidth", "hbm_bandwidth")
 UNITS = SM_UNITS + GLOBAL_UNITS
 TENSOR, SFU, ALU, SMEM, PORT, L2, HBM = range(3, 10)
-N_COUNTERS = 10
+N_COUNTERS = 11
 
 SUBPARTITIONS = 4           # an SM's warp schedulers, each with 1/4 of its units
 STEADY_TOLERANCE = 0.01     # two iterations/CTAs "take the same time" within 1%
@@ -153,6 +154,7 @@ class Engine:
         self.env = simpy.Environment()
         self.mem = MemorySystem(gpu)
         self.mem.footprint = sum(t.nbytes for t in schedule.tensors.values())
+        self.mem.scratch = {name for name, t in schedule.tensors.items() if t.kind == "local"}
         self.sms = [_SM(i) for i in range(gpu.gpu.sm_count)]
         clock = gpu.clock_hz
         self.exp_rate = gpu.units.exp2_per_clk_per_sm * clock
@@ -287,7 +289,7 @@ class Engine:
 
     def _store(self, op: Store, role, cta):
         end = self.mem.store(self.env.now, cta.sm.port, op.tile, op.nbytes)
-        role.c[STORE] += op.nbytes
+        role.c[SCRATCH if op.tile.tensor in self.mem.scratch else STORE] += op.nbytes
         self._count_transfer(role, op.nbytes)
         if end > cta.last_store:
             cta.last_store = end
@@ -367,7 +369,7 @@ class Engine:
         (requested and stored bytes are equal in every iteration of a run)."""
         (_, first), (_, last) = samples
         work = [(a + b) / 2 for a, b in zip(first, last)]
-        work[REQ], work[STORE] = last[REQ], last[STORE]
+        work[REQ], work[STORE], work[SCRATCH] = last[REQ], last[STORE], last[SCRATCH]
         return work
 
     def _skip_in_place(self, loop: Loop, first: int, count: int, period: float, per_iteration,
@@ -385,7 +387,7 @@ class Engine:
           that timed its period alone between two waves once kept it for its
           whole loop, its successors queued behind its background and the
           launch came out 35% fast (fa2 B1 H32 N16384 D64 128x32);
-        - its period was set by HBM and HBM now has nothing queued (_stale):
+        - its period was set by HBM and HBM now has nothing queued:
           FA1's outer loop timed during the first wave's burst kept periods
           of 90-430 µs while HBM sat two-thirds idle (B8 H32 N2048 D64: 2.5x
           the full simulation).
@@ -402,8 +404,9 @@ class Engine:
         handles = self._background(sm, start, start + count * period, work)
         # HBM paces the loop when all CTAs' HBM work outweighs the CTA's own
         # busiest unit (not measured against the period: that may be the stale part)
-        hbm_bound = per_iteration[HBM] * self._slots >= max(per_iteration[TENSOR:HBM])
-        done, missed, polluted = 0, 0, 0.0
+        hbm_bound = per_iteration[HBM] > 0.0 and (
+            per_iteration[HBM] * self._slots >= max(*per_iteration[TENSOR:L2], per_iteration[L2] * self._slots))
+        done, missed = 0, 0
         for lo, hi in self._chunks(count):
             chunk_start, chunk_end = env.now, env.now + (hi - lo) * period
             if replayed:
@@ -412,7 +415,6 @@ class Engine:
             else:
                 self.mem.pollute(chunk_start, chunk_end, per_iteration[MISS] * (hi - lo),
                                  per_iteration[STORE] * (hi - lo))
-                polluted += hi - lo
                 disturbed = yield env.timeout(chunk_end - chunk_start, False)
             self.events += 1
             if not disturbed:
@@ -423,7 +425,7 @@ class Engine:
                 if hi == count or not (hbm_bound and self.mem.hbm.served_by(env.now) <= env.now):
                     continue
             else:
-                done = lo + min(hi - lo, int((env.now - chunk_start) / period))
+                done = lo + (min(hi - lo, int((env.now - chunk_start) / period)) if period > 0 else 0)
             # The rest is timed again, its loads served again: its SM and L2
             # work stops here, and HBM's unless replayed (those tiles now sit
             # in L2); an anonymous entry already covers its chunk.
@@ -742,7 +744,8 @@ class Engine:
         hbm_read = int(round(self.totals[MISS]))
         hbm_write = int(round(self.mem.hbm_write))
         return SimResult(runtime_s=runtime, requested_bytes=requested,
-                         store_bytes=int(round(self.totals[STORE])), hbm_read_bytes=hbm_read,
+                         store_bytes=int(round(self.totals[STORE] + self.totals[SCRATCH])),
+                         hbm_read_bytes=hbm_read,
                          hbm_write_bytes=hbm_write,
                          l2_hit_rate=1.0 - hbm_read / requested if requested else 0.0,
                          unit_busy=busy, bottleneck=unit, bottleneck_share=share,
@@ -758,7 +761,7 @@ class _ClassStats:
         self.durations: list[float] = []  # of CTAs started under steady contention
         self.work = [0.0] * N_COUNTERS     # of every real CTA
         self.count = 0
-        self.exact = (0.0, 0.0)
+        self.exact = (0.0, 0.0, 0.0)
         self.steady = False
 
     def add(self, duration: float, totals, warm: bool) -> None:
@@ -767,7 +770,7 @@ class _ClassStats:
         self.count += 1
         for s in range(N_COUNTERS):
             self.work[s] += totals[s]
-        self.exact = (totals[REQ], totals[STORE])
+        self.exact = (totals[REQ], totals[STORE], totals[SCRATCH])
 
     def ready(self, slots: int) -> bool:
         """Steady once the CTAs started under steady contention agree: the
@@ -806,7 +809,7 @@ class _ClassStats:
     def mean_work(self, batch: int) -> list[float]:
         work = [w / self.count * batch for w in self.work]
         # requested and stored bytes are equal for every CTA of a class
-        work[REQ], work[STORE] = self.exact[0] * batch, self.exact[1] * batch
+        work[REQ], work[STORE], work[SCRATCH] = (b * batch for b in self.exact)
         return work
 
 

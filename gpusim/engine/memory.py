@@ -52,6 +52,10 @@ class MemorySystem:
         self.launch = 0          # lines remember the launch that brought them
         self.stale_dirty = 0     # dirty bytes stored by earlier launches, still in L2
         self.footprint = 0       # bytes of every tensor the schedule touches
+        # Tensors of scratch (thread stacks holding register spills): every
+        # iteration, and the next CTA on the same slot, overwrite them in
+        # place, so their lines are kept clean rather than written back.
+        self.scratch: set[str] = set()
 
     def load(self, now: float, port: Server, tile, nbytes: int) -> tuple[float, bool]:
         """Bytes of `tile` to an SM whose L2 port is `port`: (arrival time, hit)."""
@@ -106,8 +110,14 @@ class MemorySystem:
         return t_port if t_port > t_l2 else t_l2
 
     def _write_tile(self, now: float, tile, nbytes: int) -> None:
-        """A stored tile becomes dirty in L2 (and this launch's)."""
+        """A stored tile becomes dirty in L2 (and this launch's); scratch stays clean."""
         line = self.lines.get(tile)
+        if tile[0] in self.scratch:
+            if line is None:
+                self._insert(now, tile, nbytes, now, False)
+            else:
+                self.lines.move_to_end(tile)
+            return
         if line is None:
             self._insert(now, tile, nbytes, now, True)
             return

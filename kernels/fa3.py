@@ -233,6 +233,10 @@ def forward_fp8(q, k, v, *, causal=False, config: TileConfig | None = None, sm_s
                                  "scales=(q_scale, k_scale, v_scale) from quantize_fp8")
         q8, k8, v8 = q, k, v
         qs, ks, vs = scales
+        # the kernel descales inside the softmax step, where max(S)·s = max(S·s)
+        # needs s > 0 (quantize_fp8 never gives 0; a caller's scales might)
+        if any(bool((t <= 0).any()) for t in (qs, ks, vs)):
+            raise InvalidProblem("forward_fp8: every scale must be positive (as quantize_fp8 returns)")
         problem = problem_of(q8, k8, k8, causal, dtypes=(FP8,))
         _require_hopper(q.device)
         cfg = resolve_config("fa3", problem, config, q.device)

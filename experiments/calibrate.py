@@ -310,6 +310,11 @@ def triton_kernels():
         tl.store(OUT + pid * BLOCK + offs, acc)
 
     @triton.jit
+    def tile(P, ROWS: tl.constexpr, COLS: tl.constexpr):
+        # the [ROWS, COLS] row-major operand tile at P, loaded once into registers
+        return tl.load(P + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :])
+
+    @triton.jit
     def dot_shape(A, B, C, iters, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                   A_IN_REGS: tl.constexpr):
         # One product per iteration on operands held on chip. A_IN_REGS: A is rebuilt in
@@ -318,9 +323,8 @@ def triton_kernels():
         pid = tl.program_id(0)
         rm = tl.arange(0, BM)
         rn = tl.arange(0, BN)
-        rk = tl.arange(0, BK)
-        a = tl.load(A + rm[:, None] * BK + rk[None, :])
-        b = tl.load(B + rk[:, None] * BN + rn[None, :])
+        a = tile(A, BM, BK)
+        b = tile(B, BK, BN)
         acc = tl.zeros([BM, BN], tl.float32)
         for i in range(iters):
             if A_IN_REGS:
@@ -350,9 +354,8 @@ def triton_kernels():
         pid = tl.program_id(0)
         rm = tl.arange(0, BM)
         rn = tl.arange(0, BN)
-        rk = tl.arange(0, BK)
-        a = tl.load(A + rm[:, None] * BK + rk[None, :])
-        b = tl.load(B + rk[:, None] * BN + rn[None, :])
+        a = tile(A, BM, BK)
+        b = tile(B, BK, BN)
         acc = tl.zeros([BM, BN], tl.float32)
         x = (rm[:, None] * BN + rn[None, :] + pid).to(tl.float32) * 1e-6
         if SPLIT:
@@ -384,22 +387,18 @@ def triton_kernels():
         # CTAs of even rounds (pid // sms) run product 1, odd rounds product 2,
         # so every SM holds both kinds.
         pid = tl.program_id(0)
-        rm = tl.arange(0, BM)
-        rk = tl.arange(0, BK)
-        a = tl.load(A + rm[:, None] * BK + rk[None, :])
+        a = tile(A, BM, BK)
         first = MODE == 1
         if MODE == 3:
             first = (pid // sms) % 2 == 0
         if first:
-            rn = tl.arange(0, BN1)
-            b = tl.load(B1 + rk[:, None] * BN1 + rn[None, :])
+            b = tile(B1, BK, BN1)
             acc = tl.zeros([BM, BN1], tl.float32)
             for i in range(iters1):
                 acc = tl.dot(a, b, acc)
             tl.store(C + pid, tl.sum(tl.sum(acc, 1), 0))   # a scalar: no SMEM staging
         else:
-            rn2 = tl.arange(0, BN2)
-            b2 = tl.load(B2 + rk[:, None] * BN2 + rn2[None, :])
+            b2 = tile(B2, BK, BN2)
             acc2 = tl.zeros([BM, BN2], tl.float32)
             for i in range(iters2):
                 acc2 = tl.dot(a, b2, acc2)
@@ -414,13 +413,9 @@ def triton_kernels():
         # Timed at 1, 2, 4 CTAs per SM: how much of the chain's latency other
         # CTAs hide (an SM's throughput vs one warpgroup's round trip).
         pid = tl.program_id(0)
-        rm = tl.arange(0, BM)
-        rn = tl.arange(0, BN)
-        rk = tl.arange(0, BK)
-        rd = tl.arange(0, D)
-        a = tl.load(A + rm[:, None] * BK + rk[None, :])
-        b = tl.load(B + rk[:, None] * BN + rn[None, :])
-        v = tl.load(V + rn[:, None] * D + rd[None, :])
+        a = tile(A, BM, BK)
+        b = tile(B, BK, BN)
+        v = tile(V, BN, D)
         acc = tl.zeros([BM, D], tl.float32)
         m = tl.zeros([BM], tl.float32)
         for i in range(iters):

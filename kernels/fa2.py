@@ -145,9 +145,9 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
     compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32),
                               options={"num_warps": config.num_warps,
                                        "num_stages": config.num_stages})
-    n_regs = _regs_from_cubin(compiled)
-    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": n_regs,
-            **_wgmma_mix(compiled.asm.get("ptx", "")), **_spills_from_cubin(compiled)}
+    res_usage = _cuobjdump(compiled, "-res-usage")
+    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": _regs_from_cubin(compiled, res_usage),
+            **_wgmma_mix(compiled.asm.get("ptx", "")), **_spills_from_cubin(compiled, res_usage)}
 
 
 def _wgmma_mix(ptx: str) -> dict:
@@ -186,26 +186,28 @@ def _cuobjdump(compiled, flag: str) -> str | None:
         return subprocess.run([tool, flag, f.name], capture_output=True, text=True).stdout
 
 
-def _regs_from_cubin(compiled):
+def _regs_from_cubin(compiled, res_usage: str | None = None):
     """Registers per thread: n_regs is only filled in when a driver loads the
-    binary, so read it from the cubin's .nv.info with cuobjdump (bundled)."""
+    binary, so read it from the cubin's .nv.info with cuobjdump (bundled);
+    res_usage: that tool's -res-usage output, when the caller has it."""
     import re
 
-    out = _cuobjdump(compiled, "-res-usage")
+    out = res_usage if res_usage is not None else _cuobjdump(compiled, "-res-usage")
     m = re.search(r"REG:(\d+)", out or "")
     return int(m.group(1)) if m else None
 
 
-def _spills_from_cubin(compiled) -> dict:
+def _spills_from_cubin(compiled, res: str | None) -> dict:
     """Register spills, from the SASS: the stack frame ptxas gave a thread
     (STACK in -res-usage) and the bytes a thread stores to and loads from it
     (STL/LDL, 4 bytes unless a width modifier says otherwise, LDL.LU.64
     included) in one iteration of the hot loop -- the backward branch whose
     body holds the most HGMMA (wgmma) instructions; the unmasked loop comes
-    first. Empty without cuobjdump or without such a loop (unknown, not 0)."""
+    first. res: cuobjdump's -res-usage output. Empty without cuobjdump or
+    without such a loop (unknown, not 0)."""
     import re
 
-    res, sass = _cuobjdump(compiled, "-res-usage"), _cuobjdump(compiled, "-sass")
+    sass = _cuobjdump(compiled, "-sass")
     if res is None or sass is None:
         return {}
     stack = re.search(r"STACK:(\d+)", res)

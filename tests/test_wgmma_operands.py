@@ -58,20 +58,38 @@ def test_operand_bytes_count_rereads():
     assert gpu.wgmma_operand_bytes(64, 128, 64, 2, False) == 128 * 64 * 2
 
 
+def _on_chip_schedule(loops, kind_of, grid, warps, smem_bytes, regs):
+    """A launch of `grid` CTAs of `warps` warps whose CTA c runs the loop
+    loops[kind_of(c)] and nothing else (products on operands held on chip, as
+    calibrate.py's microkernels run them); CTAs of one kind cost the same."""
+    from collections import Counter
+
+    from algorithms.problem import AttentionProblem
+    from algorithms.schedule import CtaProgram, Launch, Role, Schedule
+
+    first, count = {}, Counter()
+    for cta in range(grid):
+        first.setdefault(kind_of(cta), cta)
+        count[kind_of(cta)] += 1
+    launch = Launch("on_chip", grid, 32 * warps, smem_bytes, regs,
+                    lambda cta: CtaProgram((Role("warps", warps, (loops[kind_of(cta)],)),)),
+                    classes=lambda: [(first[k], n) for k, n in count.items()], cost_key=kind_of)
+    problem = AttentionProblem(batch=1, heads=1, seqlen_q=64, head_dim=64)
+    return Schedule("on_chip", problem, None, (launch,), {})
+
+
+def _mma_loop(products, trips):
+    from algorithms.ops import Loop
+
+    body = tuple(products)
+    return Loop("k", trips, lambda i: body, key=lambda i: 0, memory=lambda i: ())
+
+
 def _dot_loop_schedule(products, warps, ctas, trips=64):
     """The wgmma_shape microbenchmark as a schedule: `ctas` CTAs of `warps`
     warps, each a loop whose body is `products` (Mma ops), nothing else."""
-    from algorithms.ops import Loop
-    from algorithms.problem import AttentionProblem
-    from algorithms.schedule import CtaProgram, Launch, Role, Schedule, head_layout
-
-    body = tuple(products)
-    loop = Loop("k", trips, lambda i: body, key=lambda i: 0, memory=lambda i: ())
-    program = lambda cta: CtaProgram((Role("warps", warps, (loop,)),))
-    launch = Launch("dot", ctas, 32 * warps, 16 * 1024, 128, program,
-                    **head_layout(1, ctas, key=lambda t: 0))
-    problem = AttentionProblem(batch=1, heads=1, seqlen_q=64, head_dim=64)
-    return Schedule("dot", problem, None, (launch,), {})
+    return _on_chip_schedule({0: _mma_loop(products, trips)}, lambda cta: 0, ctas, warps,
+                             16 * 1024, 128)
 
 
 def test_engine_runs_narrow_wgmma_at_the_measured_rate_with_many_ctas_per_sm():
@@ -108,25 +126,16 @@ def _dot_pair_schedule(gpu, bn1, bn2, ratio, per_sm, mode, iters2=64):
     times scale with them): narrow CTAs run `ratio` x [64, 64] x [64, bn1]
     products per wide [64, 64] x [64, bn2] one; split mode alternates the two
     kinds by round of one CTA per SM, as the kernel does."""
-    from algorithms.ops import Loop, Mma
-    from algorithms.problem import AttentionProblem
-    from algorithms.schedule import CtaProgram, Launch, Role, Schedule
+    from algorithms.ops import Mma
 
     sms = gpu.gpu.sm_count
-    narrow = (Mma(64, bn1, 64, "bf16", kind="wgmma", a_in_smem=True, instr_n=bn1),)
-    wide = (Mma(64, bn2, 64, "bf16", kind="wgmma", a_in_smem=True, instr_n=bn2),)
-    loops = {"narrow": Loop("k", iters2 * ratio, lambda i: narrow, key=lambda i: 0, memory=lambda i: ()),
-             "wide": Loop("k", iters2, lambda i: wide, key=lambda i: 0, memory=lambda i: ())}
+    narrow = Mma(64, bn1, 64, "bf16", kind="wgmma", a_in_smem=True, instr_n=bn1)
+    wide = Mma(64, bn2, 64, "bf16", kind="wgmma", a_in_smem=True, instr_n=bn2)
+    loops = {"narrow": _mma_loop([narrow], iters2 * ratio), "wide": _mma_loop([wide], iters2)}
     kind = (lambda cta: mode) if mode != "split" else \
         (lambda cta: "narrow" if (cta // sms) % 2 == 0 else "wide")
     grid = sms * per_sm * (2 if mode == "split" else 1)
-    launch = Launch("dot_pair", grid, 128, 40 * 1024, 90,
-                    lambda cta: CtaProgram((Role("warps", 4, (loops[kind(cta)],)),)),
-                    classes=lambda: [(0, grid // 2), (sms, grid - grid // 2)] if mode == "split"
-                    else [(0, grid)],
-                    cost_key=kind)
-    problem = AttentionProblem(batch=1, heads=1, seqlen_q=64, head_dim=64)
-    return Schedule("dot_pair", problem, None, (launch,), {}), iters2
+    return _on_chip_schedule(loops, kind, grid, 4, 40 * 1024, 90), iters2
 
 
 def _dot_pair_predictions(gpu, pair):

@@ -12,7 +12,7 @@ reloads its spilled registers through L2 (algorithms/compiled.py).
 from __future__ import annotations
 
 from .compiled import fa2_spills
-from .ops import Alu, Exp, Load, Mma, Store, Tile
+from .ops import Alu, Exp, Load, Mma, StepLatency, Store, Tile
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule, TensorSpec,
                        head_layout, pipelined_loop, plain_load)
@@ -101,23 +101,34 @@ def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
 
 def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Schedule:
     """hopper: the sm_90 build of the kernel, whose register spills (from its
-    cubin: algorithms/compiled.py) each iteration stores and reloads through L2."""
+    cubin: algorithms/compiled.py) each iteration stores and reloads through L2.
+
+    Each warpgroup is a role: with 8 warps the two run their own dependent
+    chains (wgmma, softmax, wgmma) between the loop's per-iteration barriers,
+    so one's softmax can overlap the other's products (calibrate.py dot_chain,
+    128x64 with 8 warps: 0.92 µs a step against 1.03 µs for the same tile
+    with 4 warps, at one CTA per SM)."""
     p, e, d = problem, problem.elem_bytes, problem.head_dim
     bm, bn = cfg.block_m, cfg.block_n
     n_qb = cdiv(p.seqlen_q, bm)
     bh = p.batch * p.heads
     reps = warpgroup_replicas(cfg)
+    roles = max(1, cfg.num_warps // WARPS_PER_WARPGROUP)
+    role_warps = cfg.num_warps // roles
+    # a role's rows of S (all of them when its warpgroup replicates S) and
+    # its columns of O (a share of the head dim when it does)
+    role_rows = bm * reps // roles
+    role_cols = d // reps
     spills = fa2_spills(p, cfg) if hopper else None
     spilling = spills is not None and spills.bytes > 0
+    role_threads = cfg.threads // roles
+
+    def part(tile: Tile, nbytes: int, k: int):
+        """Role k's share of a tile every thread copies a part of."""
+        return (tile, nbytes) if roles == 1 else (tile._replace(col=k), nbytes // roles)
 
     def program(cta: int) -> CtaProgram:
         qb, b, h, kvh, rows_q, trips = locate_q_block(p, cfg, cta)
-
-        def loads_of(j: int):
-            rows_k = min(bn, p.seqlen_kv - j * bn)
-            return [Load(Tile("K", b, kvh, j), rows_k * d * e),
-                    Load(Tile("V", b, kvh, j), rows_k * d * e)]
-
         # Spilled registers live in the CTA's local memory (its threads'
         # stacks), which L1 keeps poorly: ncu counts 40% (128x64 w4) and 0.5%
         # (128x128 w4) of those loads hitting L1 (spill_counters_h100.csv).
@@ -125,37 +136,46 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
         # written back) and waits to reload them.
         stack = Tile("local", b, h, qb)
 
-        def spill_traffic(j: int):
-            if not spilling:
-                return []
-            ops = [Store(stack, spills.store_bytes * cfg.threads)] if spills.store_bytes else []
-            if spills.load_bytes:
-                ops.append(plain_load(stack, spills.load_bytes * cfg.threads))
-            return ops
+        def role_program(k: int) -> Role:
+            def loads_of(j: int):
+                rows_k = min(bn, p.seqlen_kv - j * bn)
+                return [Load(*part(Tile("K", b, kvh, j), rows_k * d * e, k)),
+                        Load(*part(Tile("V", b, kvh, j), rows_k * d * e, k))]
 
-        def compute_of(j: int):
-            # every warpgroup computing a row of S counts (see warpgroup_replicas)
-            scores = bm * bn * reps
-            alu = scores * ALU_PER_SCORE + bm * d * ALU_PER_ACC
-            if block_is_masked(p, cfg, qb, j):
-                alu += scores * ALU_PER_MASKED_SCORE
-            return [Mma(bm * reps, bn, d, p.dtype, cfg.mma,     # S = Q Kᵀ, Q from SMEM
-                        instr_n=bn // reps),
-                    Exp(scores + bm * reps, alu_flops=alu),     # P = exp2(S - m), alpha
-                    Mma(bm, d, bn, p.dtype, cfg.mma,            # O += P V, P in registers
-                        a_in_smem=False, instr_n=d // reps),
-                    *spill_traffic(j)]                          # registers spilled and reloaded
+            def spill_traffic(j: int):
+                if not spilling:
+                    return []
+                mine = stack._replace(col=k)
+                ops = [Store(mine, spills.store_bytes * role_threads)] if spills.store_bytes else []
+                if spills.load_bytes:
+                    ops.append(plain_load(mine, spills.load_bytes * role_threads))
+                return ops
 
-        def key_of(j: int):
-            return block_is_masked(p, cfg, qb, j), min(bn, p.seqlen_kv - j * bn)
+            def compute_of(j: int):
+                scores = role_rows * bn
+                alu = scores * ALU_PER_SCORE + role_rows * role_cols * ALU_PER_ACC
+                if block_is_masked(p, cfg, qb, j):
+                    alu += scores * ALU_PER_MASKED_SCORE
+                return [Mma(role_rows, bn, d, p.dtype, cfg.mma,      # S = Q Kᵀ, Q from SMEM
+                            instr_n=bn // reps),
+                        Exp(scores + role_rows, alu_flops=alu),      # P = exp2(S - m), alpha
+                        StepLatency(),                               # the chain's round trip
+                        Mma(role_rows, role_cols, bn, p.dtype, cfg.mma,  # O += P V, P in registers
+                            a_in_smem=False, instr_n=role_cols),
+                        *spill_traffic(j)]                           # registers spilled and reloaded
 
-        items = [plain_load(Tile("Q", b, h, qb), rows_q * d * e),
-                 *pipelined_loop("kv", trips, loads_of, compute_of, cfg.num_stages, key_of,
-                                 spill_traffic),
-                 Alu(bm * d * ALU_EPILOGUE_PER_OUT),
-                 Store(Tile("O", b, h, qb), rows_q * d * e),
-                 Store(Tile("LSE", b, h, qb), rows_q * ACC_BYTES)]
-        return CtaProgram((Role("warps", cfg.num_warps, tuple(items)),))
+            def key_of(j: int):
+                return block_is_masked(p, cfg, qb, j), min(bn, p.seqlen_kv - j * bn)
+
+            items = [plain_load(*part(Tile("Q", b, h, qb), rows_q * d * e, k)),
+                     *pipelined_loop("kv", trips, loads_of, compute_of, cfg.num_stages, key_of,
+                                     spill_traffic, role=k, roles=roles),
+                     Alu(bm * d * ALU_EPILOGUE_PER_OUT // roles),
+                     Store(*part(Tile("O", b, h, qb), rows_q * d * e, k)),
+                     Store(*part(Tile("LSE", b, h, qb), rows_q * ACC_BYTES, k))]
+            return Role("warps" if roles == 1 else f"warpgroup{k}", role_warps, tuple(items))
+
+        return CtaProgram(tuple(role_program(k) for k in range(roles)))
 
     smem = smem_bytes(p, cfg)
     regs = registers_per_thread(cfg.threads, fp32_values=bm * d + bm * bn,

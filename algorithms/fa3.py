@@ -22,7 +22,7 @@ from __future__ import annotations
 from .errors import InvalidConfig
 from .fa2 import (ALU_EPILOGUE_PER_OUT, ALU_PER_ACC, ALU_PER_MASKED_SCORE, ALU_PER_SCORE,
                   block_is_masked, cta_cost_key, locate_q_block)
-from .ops import (TMA, Alu, Arrive, Exp, Item, Load, Loop, Mma, MmaWait, Store, Tile,
+from .ops import (TMA, Alu, Arrive, Exp, Item, Load, Loop, Mma, MmaWait, StepLatency, Store, Tile,
                   Wait)
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule,
@@ -107,7 +107,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                 alu = scores * ALU_PER_SCORE + rows * d * ALU_PER_ACC
                 if block_is_masked(p, cfg, qb, j):
                     alu += scores * ALU_PER_MASKED_SCORE
-                return [Exp(scores + rows, alu_flops=alu)]
+                return [Exp(scores + rows, alu_flops=alu), StepLatency()]
 
             release = Arrive(f"empty.{w}")
             if cfg.intra_wg_overlap:

@@ -109,6 +109,18 @@ class Alu:
 
 
 @dataclass(frozen=True, slots=True)
+class StepLatency:
+    """The part of one flash-attention step's dependent chain (S = Q Kᵀ on
+    the tensor cores -> wait for it -> row max and sum across a quad's
+    shuffles -> exp2 -> P to 16 bits -> P V) that is latency, not work:
+    one warpgroup running the chain alone takes this much longer per step
+    than the SM's throughput allows. The role waits it out without holding
+    a unit, so other CTAs and warpgroups on the SM can fill it. Its length
+    is the profile's units.flash_step_latency_cycles (measured by
+    experiments/calibrate.py dot_chain: one CTA per SM against several)."""
+
+
+@dataclass(frozen=True, slots=True)
 class SmemIO:
     """Warps reading or writing `nbytes` of shared memory (not counting what
     the tensor cores and copy engines move), e.g. FA1's split-K combine."""
@@ -137,7 +149,7 @@ class SyncThreads:
     """__syncthreads: every role of the CTA reaches this point before any goes on."""
 
 
-Op = Union[Load, Store, Mma, MmaWait, Exp, Alu, SmemIO, Arrive, Wait, SyncThreads]
+Op = Union[Load, Store, Mma, MmaWait, Exp, Alu, StepLatency, SmemIO, Arrive, Wait, SyncThreads]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from .ops import CP_ASYNC, LD, Item, Load, Loop, Op, Wait
+from .ops import CP_ASYNC, LD, Arrive, Item, Load, Loop, Op, Wait
 from .problem import ACC_BYTES, AttentionProblem, TileConfig
 
 
@@ -103,6 +103,8 @@ def pipelined_loop(
     stages: int,
     key_of: Callable[[int], object] | None = None,
     compute_memory: Callable[[int], Sequence[Op]] | None = None,
+    role: int = 0,
+    roles: int = 1,
 ) -> list[Item]:
     """A loop whose loads run `stages - 1` iterations ahead of its compute, as
     Triton's software pipeliner arranges it with cp.async (num_stages buffers).
@@ -115,16 +117,28 @@ def pipelined_loop(
     key_of(i): the cost label of iteration i's loads and compute (see Loop.key).
     compute_memory(i): the Loads and Stores inside compute_of(i), if any (fa2's
     register spills), for Loop.memory.
+
+    roles > 1: this is role `role` of `roles` warpgroups sharing the loop (fa2
+    with 8 warps). Every thread copies its part of each tile, so loads_of(i)
+    gives this role's part. Each iteration the role waits for its own copies
+    (cp.async.wait_group), then meets the other roles at the CTA's barrier
+    (bar.sync: their parts are in SMEM, and the buffer the next loads
+    overwrite is no longer read), then issues its next copies and computes;
+    between two barriers the roles run, and share the SM's units, freely.
     """
     extra = compute_memory or (lambda i: ())
     if trips <= 0:
         return []
+    sync: list[Op] = []
+    if roles > 1:
+        sync = [*(Arrive(f"{name}.sync.{other}") for other in range(roles) if other != role),
+                Wait(f"{name}.sync.{role}", roles - 1)]
     if stages <= 1:
         def body(i: int) -> list[Item]:
-            return [*loads_of(i), *compute_of(i)]
+            return [*loads_of(i), *sync, *compute_of(i)]
         return [Loop(name, trips, body, key_of, memory=lambda i: [*loads_of(i), *extra(i)])]
 
-    barrier = f"{name}.ready"
+    barrier = f"{name}.ready" if roles == 1 else f"{name}.ready.{role}"
     lookahead = stages - 1
 
     def issue(i: int) -> list[Op]:
@@ -132,7 +146,10 @@ def pipelined_loop(
 
     def body(i: int) -> list[Item]:
         ahead = issue(i + lookahead) if i + lookahead < trips else []
-        return [*ahead, Wait(barrier, len(loads_of(i))), *compute_of(i)]
+        ready = Wait(barrier, len(loads_of(i)))
+        if roles == 1:
+            return [*ahead, ready, *compute_of(i)]
+        return [ready, *sync, *ahead, *compute_of(i)]
 
     def key(i: int):
         ahead = key_of(i + lookahead) if i + lookahead < trips else None

@@ -1246,6 +1246,55 @@ def tensor_alu_serial_fractions(rows):
     return out
 
 
+def _dot_chain_steps(rows, rates):
+    """{shape_wN: (cycles a step with one CTA per SM, with the SM saturated
+    (the lesser of the 2- and 4-CTA times per CTA), its products' cycles,
+    its softmax's cycles)} from the dot_chain rows, the parts at the SM's
+    measured rates: each product its tensor time or its SMEM operand reads,
+    whichever is longer; the softmax its exp2 or its FMA work, whichever is
+    longer. rates: per SM per clock, 'tensor' (flops), 'exp2', 'alu', 'smem'
+    (bytes), and 'operand_bytes' (HardwareProfile.wgmma_operand_bytes)."""
+    from algorithms.fa2 import ALU_PER_ACC, ALU_PER_SCORE
+
+    timed = {}
+    for r in rows:
+        if r["bench"] == "dot_chain" and r.get("clock_mhz_nvml"):
+            shape, warps, ctas = r["param"].rsplit("_", 2)
+            timed.setdefault((shape, warps), {})[int(ctas[1:])] = \
+                float(r["value"]) * float(r["clock_mhz_nvml"])      # µs x MHz = cycles
+    out = {}
+    for (shape, warps), t in timed.items():
+        if not {1, 2, 4} <= set(t):
+            continue
+        bm, bn, d = map(int, shape.split("x"))
+
+        def product(m, n, k, a_in_smem):
+            return max(2 * m * n * k / rates["tensor"],
+                       rates["operand_bytes"](m, n, k, 2, a_in_smem, n) / rates["smem"])
+
+        softmax = max((bm * bn + bm) / rates["exp2"],
+                      (bm * bn * ALU_PER_SCORE + bm * d * ALU_PER_ACC) / rates["alu"])
+        out[f"{shape}_{warps}"] = (t[1], min(t[2] / 2, t[4] / 4),
+                                   product(bm, bn, d, True) + product(bm, d, bn, False), softmax)
+    return out
+
+
+def flash_step_latencies(steps):
+    """{shape: cycles}: a one-warpgroup (4-warp) step alone on its SM, less
+    its parts -- the chain's latency, which a lone warpgroup waits out and
+    other CTAs or warpgroups can fill. The 8-warp rows are left out: their
+    two warpgroups already fill part of it."""
+    return {k: alone - products - softmax for k, (alone, _, products, softmax) in steps.items()
+            if k.endswith("_w4")}
+
+
+def chain_serial_fractions(steps):
+    """{shape: f}: with the SM saturated, a step takes its products plus f
+    times its softmax (f = 0: the tensor cores never wait for the softmax
+    pipes, 1: never overlap them)."""
+    return {k: (saturated - products) / softmax for k, (_, saturated, products, softmax) in steps.items()}
+
+
 def mapping(rows):
     """{(section, key): (value, source)} for every profile key a measurement sets."""
     import tomllib
@@ -1306,13 +1355,45 @@ def mapping(rows):
         if v:
             out[("units", key)] = (round(v, 2), cite(what + f" = {v:.2f}", row))
     serial = tensor_alu_serial_fractions(rows)
-    if serial:
+    if serial:   # the fallback where the CSV has no dot_chain rows (replaced below)
         row = next(r for r in rows if r["bench"] == "dot_exp_overlap")
         v = min(1.0, statistics.median(serial.values()))
         out[("units", "tensor_alu_serial_fraction")] = (round(v, 2), cite(
             "wgmma CTAs beside exp2-only or FMA-only CTAs on one SM take T_dot + f x T_elementwise; "
             "f per shape " + ", ".join(f"{k} {x:.2f}" for k, x in serial.items())
             + f"; median {v:.2f}", row, row.get("clock_mhz_nvml")))
+    # the dependent chain of a flash step, beyond its parts' throughput times
+    units = {k: out[("units", k)][0] for k in ("exp2_per_clk_per_sm", "alu_ops_per_clk_per_sm",
+                                              "smem_bytes_per_clk_per_sm") if ("units", k) in out}
+    if bf16 and len(units) == 3:
+        clk = float(row_bf.get("clock_mhz_nvml") or base["gpu"]["sm_clock_mhz"])
+        n_sms = int(any_row.get("sm_count") or base["gpu"]["sm_count"])
+        rates = {"tensor": bf16 * 1e12 / (n_sms * clk * 1e6), "exp2": units["exp2_per_clk_per_sm"],
+                 "alu": units["alu_ops_per_clk_per_sm"], "smem": units["smem_bytes_per_clk_per_sm"],
+                 "operand_bytes": _profile_module().parse_profile(base, BASE_PROFILE).wgmma_operand_bytes}
+        steps = _dot_chain_steps(rows, rates)
+        latencies = flash_step_latencies(steps)
+        row = next((r for r in rows if r["bench"] == "dot_chain"), None)
+        if latencies:
+            v = max(0.0, statistics.median(latencies.values()))
+            out[("units", "flash_step_latency_cycles")] = (round(v, 0), cite(
+                "one flash step's dependent chain on operands held on chip (S = A·B, row max, exp2, "
+                "acc += P·V), timed with one 4-warp CTA per SM, less its parts at the rates measured "
+                "here (tl.dot loop, MUFU.EX2, FFMA, SMEM operand reads), in SM clocks: "
+                + ", ".join(f"{k} {x:.0f}" for k, x in latencies.items()) + f"; median {v:.0f}",
+                row, row.get("clock_mhz_nvml")))
+        fractions = chain_serial_fractions(steps)
+        if fractions:
+            v = min(1.0, max(0.0, statistics.median(fractions.values())))
+            earlier = ", ".join(f"{k} {x:.2f}" for k, x in tensor_alu_serial_fractions(rows).items())
+            out[("units", "tensor_alu_serial_fraction")] = (round(v, 2), cite(
+                "the same dot_chain kernel with 2 and 4 CTAs per SM (the SM saturated) takes its "
+                "products plus f x its softmax, the parts at the rates measured here; f per shape "
+                + ", ".join(f"{k} {x:.2f}" for k, x in fractions.items()) + f"; median {v:.2f}. "
+                "(dot_exp_overlap, with exp2-only or FMA-only CTAs beside product-only CTAs, gave "
+                + (earlier or "no rows") + ": separate streams of back-to-back MUFU or FFMA "
+                "instructions, not the attention mix, where each warp interleaves them with its "
+                "wgmma waits; the profile takes the chain's figure.)", row, row.get("clock_mhz_nvml")))
     # L2
     plateau, knee, pts = l2_plateau_and_knee(rows)
     if plateau:

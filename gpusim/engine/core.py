@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from algorithms.ops import (LD, TMA, Alu, Arrive, Exp, Load, Loop, Mma, MmaWait, SmemIO, Store,
+from algorithms.ops import (LD, TMA, Alu, Arrive, Exp, Load, Loop, Mma, MmaWait, SmemIO, StepLatency, Store,
                             SyncThreads, Wait)
 from algorithms.problem import DTYPE_BYTES
 from algorithms.schedule import Launch, Schedule
@@ -162,6 +162,7 @@ class Engine:
         self.smem_rate = gpu.units.smem_bytes_per_clk_per_sm * clock
         self.tensor_alu_serial = gpu.units.tensor_alu_serial_fraction
         self.tma_extra = gpu.copy.tma_extra_latency_cycles / clock
+        self.step_latency = gpu.units.flash_step_latency_cycles / clock
         self.launch_gap = gpu.launch.kernel_launch_us * 1e-6
         self._mma_rates: dict[tuple, float] = {}
         self._wgmma_smem: dict[tuple, float] = {}
@@ -169,6 +170,7 @@ class Engine:
         self.events = 0
         self._ops = {Mma: self._mma, Load: self._load, Store: self._store, Exp: self._exp,
                      Alu: self._alu, SmemIO: self._smem, MmaWait: self._mma_wait,
+                     StepLatency: self._step_latency,
                      Arrive: self._arrive, Wait: self._wait, SyncThreads: self._nothing}
 
     # ------------------------------------------------------------------ ops
@@ -243,6 +245,9 @@ class Engine:
         itself is not delayed."""
         if self.tensor_alu_serial:
             self._unit(cta.sm.tensor, TENSOR, work_s * self.tensor_alu_serial, role, cta, "blocked")
+
+    def _step_latency(self, op: StepLatency, role, cta):
+        return self.env.timeout(self.step_latency) if self.step_latency else None
 
     def _smem(self, op: SmemIO, role, cta):
         end = self._unit(cta.sm.smem, SMEM, op.nbytes / self.smem_rate, role, cta, "smem")

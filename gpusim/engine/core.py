@@ -10,7 +10,8 @@ a CTA is a SimPy process interpreting its ops:
 - Mma / Exp / Alu / SmemIO occupy their unit for work ÷ rate; a role with
   fewer than 4 warps reaches only warps/4 of the SM's rate (an SM has four
   sub-partitions and a warp runs on one). Async Mma (wgmma) keeps going;
-  MmaWait waits for all but the last `pending`.
+  MmaWait waits for all but the last `pending`. StepLatency: the role waits
+  out a flash step's chain latency (profile) holding no unit.
 - Load: plain loads stall the role until the bytes arrive; cp.async and TMA
   loads signal their barriers on arrival (TMA adds its extra latency).
 - Store: through the SM port into L2 (write-back); the CTA ends after its
@@ -241,12 +242,13 @@ class Engine:
     def _block_tensor_cores(self, work_s: float, role, cta) -> None:
         """Elementwise work keeps the SM's tensor cores from running for
         `tensor_alu_serial` of its time (measured: experiments/calibrate.py
-        dot_exp_overlap), so MMAs queued behind it wait; the elementwise op
-        itself is not delayed."""
+        dot_chain with the SM saturated), so MMAs queued behind it wait; the
+        elementwise op itself is not delayed."""
         if self.tensor_alu_serial:
             self._unit(cta.sm.tensor, TENSOR, work_s * self.tensor_alu_serial, role, cta, "blocked")
 
     def _step_latency(self, op: StepLatency, role, cta):
+        """The chain's latency: the role waits, the SM's units stay free for others."""
         return self.env.timeout(self.step_latency) if self.step_latency else None
 
     def _smem(self, op: SmemIO, role, cta):

@@ -95,6 +95,23 @@ def locate_q_block(problem: AttentionProblem, cfg: TileConfig, cta: int):
     return qb, b, h, p.kv_head_of(h), rows_q, kv_trips(p, cfg.block_n, qb * bm + rows_q - 1)
 
 
+def step_ops(dtype: str, mma: str, rows: int, block_n: int, head_dim: int, replicas: int = 1,
+             masked: bool = False) -> list:
+    """One warpgroup's share of a K/V step: its `rows` of S = Q Kᵀ (Q from
+    SMEM), the online softmax on them, the chain's latency, and O += P V (P
+    in registers) over its share of the head dim (all of it unless
+    `replicas` warpgroups compute the same rows of S; warpgroup_replicas)."""
+    cols = head_dim // replicas
+    scores = rows * block_n
+    alu = scores * ALU_PER_SCORE + rows * cols * ALU_PER_ACC
+    if masked:
+        alu += scores * ALU_PER_MASKED_SCORE
+    return [Mma(rows, block_n, head_dim, dtype, mma, instr_n=block_n // replicas),
+            Exp(scores + rows, alu_flops=alu),      # P = exp2(S - m), alpha
+            StepLatency(),                           # the chain's round trip
+            Mma(rows, cols, block_n, dtype, mma, a_in_smem=False, instr_n=cols)]
+
+
 def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
     return triton_fa_smem_bytes(problem, cfg)
 
@@ -115,13 +132,10 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
     reps = warpgroup_replicas(cfg)
     roles = max(1, cfg.num_warps // WARPS_PER_WARPGROUP)
     role_warps = cfg.num_warps // roles
-    # a role's rows of S (all of them when its warpgroup replicates S) and
-    # its columns of O (a share of the head dim when it does)
+    # a role's rows of S (all of them when its warpgroup replicates S)
     role_rows = bm * reps // roles
-    role_cols = d // reps
     spills = fa2_spills(p, cfg) if hopper else None
     spilling = spills is not None and spills.bytes > 0
-    role_threads = cfg.threads // roles
 
     def part(tile: Tile, nbytes: int, k: int):
         """Role k's share of a tile every thread copies a part of."""
@@ -145,23 +159,13 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
             def spill_traffic(j: int):
                 if not spilling:
                     return []
-                mine = stack._replace(col=k)
-                ops = [Store(mine, spills.store_bytes * role_threads)] if spills.store_bytes else []
+                ops = [Store(*part(stack, spills.store_bytes * cfg.threads, k))] if spills.store_bytes else []
                 if spills.load_bytes:
-                    ops.append(plain_load(mine, spills.load_bytes * role_threads))
+                    ops.append(plain_load(*part(stack, spills.load_bytes * cfg.threads, k)))
                 return ops
 
             def compute_of(j: int):
-                scores = role_rows * bn
-                alu = scores * ALU_PER_SCORE + role_rows * role_cols * ALU_PER_ACC
-                if block_is_masked(p, cfg, qb, j):
-                    alu += scores * ALU_PER_MASKED_SCORE
-                return [Mma(role_rows, bn, d, p.dtype, cfg.mma,      # S = Q Kᵀ, Q from SMEM
-                            instr_n=bn // reps),
-                        Exp(scores + role_rows, alu_flops=alu),      # P = exp2(S - m), alpha
-                        StepLatency(),                               # the chain's round trip
-                        Mma(role_rows, role_cols, bn, p.dtype, cfg.mma,  # O += P V, P in registers
-                            a_in_smem=False, instr_n=role_cols),
+                return [*step_ops(p.dtype, cfg.mma, role_rows, bn, d, reps, block_is_masked(p, cfg, qb, j)),
                         *spill_traffic(j)]                           # registers spilled and reloaded
 
             def key_of(j: int):

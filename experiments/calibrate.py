@@ -1385,7 +1385,7 @@ def mapping(rows):
         fractions = chain_serial_fractions(steps)
         if fractions:
             v = min(1.0, max(0.0, statistics.median(fractions.values())))
-            earlier = ", ".join(f"{k} {x:.2f}" for k, x in tensor_alu_serial_fractions(rows).items())
+            earlier = ", ".join(f"{k} {x:.2f}" for k, x in serial.items())
             out[("units", "tensor_alu_serial_fraction")] = (round(v, 2), cite(
                 "the same dot_chain kernel with 2 and 4 CTAs per SM (the SM saturated) takes its "
                 "products plus f x its softmax, the parts at the rates measured here; f per shape "

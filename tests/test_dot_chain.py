@@ -32,19 +32,15 @@ def _rows():
 def _chain_schedule(bm, bn, d, warps, grid, regs, smem):
     """The dot_chain kernel as fa2 runs its compute: one role per warpgroup,
     each its share of the rows, meeting at a barrier every step."""
-    from algorithms.fa2 import ALU_PER_ACC, ALU_PER_SCORE
-    from algorithms.ops import Exp, Mma, StepLatency
+    from algorithms.fa2 import step_ops
     from algorithms.problem import AttentionProblem
     from algorithms.schedule import CtaProgram, Launch, Role, Schedule, pipelined_loop
 
     roles = warps // 4
-    rows = bm // roles
+    chain = step_ops("bf16", "wgmma", bm // roles, bn, d)
 
     def compute(i):
-        return [Mma(rows, bn, d, "bf16", "wgmma", instr_n=bn),
-                Exp(rows * bn + rows, alu_flops=rows * bn * ALU_PER_SCORE + rows * d * ALU_PER_ACC),
-                StepLatency(),
-                Mma(rows, d, bn, "bf16", "wgmma", a_in_smem=False, instr_n=d)]
+        return chain
 
     def program(cta):
         return CtaProgram(tuple(

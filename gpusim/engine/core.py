@@ -120,7 +120,10 @@ class _SM:
 
     def __init__(self, index: int):
         self.index = index
-        self.skippers: set = set()   # wait events of CTAs skipping loop iterations here
+        # wait events of CTAs skipping loop iterations here, in the order they
+        # began (a dict, not a set: a set of events iterates in memory-address
+        # order, which made predictions differ from one process to the next)
+        self.skippers: dict = {}
         self.units = [Server(name) for name in SM_UNITS]
         self.tensor, self.sfu, self.alu, self.smem, self.port = self.units
 
@@ -517,8 +520,8 @@ class Engine:
         event = self.env.event()
         timer = self.env.timeout(duration)
         timer.callbacks.append(lambda _t: None if event.triggered else event.succeed(False))
-        event.callbacks.append(lambda _e: sm.skippers.discard(event))
-        sm.skippers.add(event)
+        event.callbacks.append(lambda _e: sm.skippers.pop(event, None))
+        sm.skippers[event] = None
         return event
 
     def _disturb(self, sm: "_SM") -> None:

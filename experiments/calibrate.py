@@ -248,10 +248,43 @@ extern "C" __global__ void chase_tma(const unsigned* arr, int warm, int steps, u
 }
 
 extern "C" __global__ void empty_kernel() {}
+
+// A CTA's life with nothing to hide it: copy this CTA's tile (`vecs` 16-byte vectors:
+// a Q tile in) through SMEM back out (an O tile out), then retire. The launch's
+// dynamic SMEM sets how many CTAs share an SM; vecs = 0: CTAs that only start and
+// retire. Timed over many waves, the slope is one round of CTAs per SM.
+#define CTA_CYCLE_VECS_PER_THREAD 8   // a 32 KB tile over 256 threads
+extern "C" __global__ void cta_cycle(const int4* __restrict__ in, int4* __restrict__ out, int vecs) {
+    extern __shared__ int4 sbuf[];
+    const size_t base = (size_t)blockIdx.x * vecs;
+    int4 r[CTA_CYCLE_VECS_PER_THREAD];
+    // every load issued before the first is used, as a cp.async or TMA tile copy is
+    #pragma unroll
+    for (int j = 0; j < CTA_CYCLE_VECS_PER_THREAD; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < vecs) r[j] = in[base + i];
+    }
+    #pragma unroll
+    for (int j = 0; j < CTA_CYCLE_VECS_PER_THREAD; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < vecs) sbuf[i] = r[j];
+    }
+    __syncthreads();
+    #pragma unroll
+    for (int j = 0; j < CTA_CYCLE_VECS_PER_THREAD; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < vecs) r[j] = sbuf[i];
+    }
+    #pragma unroll
+    for (int j = 0; j < CTA_CYCLE_VECS_PER_THREAD; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < vecs) out[base + i] = r[j];
+    }
+}
 """
 
 CUDA_KERNELS = ("ex2_loop", "ffma_loop", "smem_read", "mma_bf16", "mma_f16", "mma_e4m3",
-                "chase_plain", "chase_tma", "empty_kernel")
+                "chase_plain", "chase_tma", "empty_kernel", "cta_cycle")
 
 
 def compile_cuda(workdir: str, arch: str = "sm_90") -> str:
@@ -1040,6 +1073,50 @@ def bench_latency(r: Runner, mod):
         del arr
 
 
+CTA_CYCLE_TILES = (0, 16384, 32768)   # bytes per CTA: none, a 128x64 and a 128x128 bf16 tile
+CTA_CYCLE_PER_SM = (1, 2, 4)
+CTA_CYCLE_THREADS = 256
+CTA_CYCLE_ROUNDS = (8, 40)
+
+
+def bench_cta_cycle(r: Runner, mod):
+    """Time of one round of CTAs per SM that each copy a tile in and out through
+    SMEM (rows `cta_cycle`): the slope between launches of 8 and 40 rounds, so
+    the kernel's launch and ramp cancel. 1, 2 and 4 CTAs per SM, set by the
+    launch's dynamic SMEM. With no bytes it is the SM's cost of starting and
+    retiring a CTA; with a tile, what a load and a store round trip add."""
+    import cupy
+    import numpy as np
+
+    k = mod.get_function("cta_cycle")
+    per_sm_smem = int(r.props.shared_memory_per_multiprocessor)
+    reserved = 1024
+    most = max(CTA_CYCLE_PER_SM) * max(CTA_CYCLE_ROUNDS) * r.sms * max(CTA_CYCLE_TILES)
+    src = cupy.random.random(most // 4, dtype=cupy.float32)
+    dst = cupy.empty_like(src)
+    for nbytes in CTA_CYCLE_TILES:
+        for per_sm in CTA_CYCLE_PER_SM:
+            smem = per_sm_smem // per_sm - reserved
+            k.max_dynamic_shared_size_bytes = smem
+            times = {}
+            with r.sampler() as s:
+                for rounds in CTA_CYCLE_ROUNDS:
+                    grid = r.sms * per_sm * rounds
+
+                    def fn():
+                        k((grid,), (CTA_CYCLE_THREADS,), (src, dst, np.int32(nbytes // 16)),
+                          shared_mem=smem)
+
+                    times[rounds] = r.event_loop(fn, n=9)
+            lo, hi = CTA_CYCLE_ROUNDS
+            per_round = (times[hi] - times[lo]) / (hi - lo) * 1e3
+            r.add("cta_cycle", f"{nbytes}B_x{per_sm}", per_round, "us/round", s.mhz,
+                  detail=f"{CTA_CYCLE_THREADS} threads, dynamic smem {smem} B ({per_sm} CTA(s) per SM); "
+                         f"{lo} rounds {times[lo] * 1e3:.2f} us, {hi} rounds {times[hi] * 1e3:.2f} us; "
+                         f"tile {nbytes} B read from HBM and written back per CTA")
+    del src, dst
+
+
 def bench_exp2_triton(r: Runner, K):
     torch = r.torch
     BLOCK, grid, iters = 1024, r.sms * 16, 2048
@@ -1150,7 +1227,8 @@ def cmd_run(args) -> int:
              ("cuda", lambda: mod and bench_cuda(r, mod)),
              ("exp2_triton", lambda: bench_exp2_triton(r, K)),
              ("latency", lambda: mod and bench_latency(r, mod)),
-             ("launch", lambda: bench_launch(r, K, mod))]
+             ("launch", lambda: bench_launch(r, K, mod)),
+             ("cta_cycle", lambda: mod and bench_cta_cycle(r, mod))]
     only = set(args.only.split(",")) if args.only else None
     for name, step in steps:
         if only and name not in only:

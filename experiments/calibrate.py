@@ -1511,6 +1511,14 @@ def mapping(rows):
         out[("copy", "tma_extra_latency_cycles")] = (round(v, 0), cite(
             f"the same DRAM chase through cp.async.bulk + mbarrier minus the plain chase = {v:.0f} cycles",
             row))
+    v, row = _val(rows, "cta_cycle", "0B_x1")
+    if v and row.get("clock_mhz_nvml"):
+        clk = float(row["clock_mhz_nvml"])
+        out[("launch", "cta_turnover_cycles")] = (round(v * clk, 0), cite(
+            f"CTAs of {CTA_CYCLE_THREADS} threads that do nothing, one per SM (all of an SM's SMEM "
+            f"each), {v:.3f} us a round (slope between launches of {CTA_CYCLE_ROUNDS[0]} and "
+            f"{CTA_CYCLE_ROUNDS[1]} rounds; {row.get('date', '')[:10]}) x {clk:.0f} MHz = "
+            f"{v * clk:.0f} cycles to start and retire a CTA", row, clk))
     v, row = _val(rows, "launch", "do_bench_empty_triton")
     if v:
         out[("launch", "kernel_launch_us")] = (round(v, 2), cite(

@@ -40,7 +40,7 @@ SCHEMA: dict[str, dict[str, tuple[type, object, object]]] = {
     "hbm": {"peak_bandwidth_gbps": (float, 1, 1e6), "sustained_bandwidth_gbps": (float, 1, 1e6),
             "latency_cycles": (float, 0, 1e5)},
     "copy": {"plain_load_latency_cycles": (float, 0, 1e5), "tma_extra_latency_cycles": (float, 0, 1e5)},
-    "launch": {"kernel_launch_us": (float, 0, 1e4)},
+    "launch": {"kernel_launch_us": (float, 0, 1e4), "cta_turnover_cycles": (float, 0.0, 1e6)},
 }
 # Sections whose values are text or flags, not numbers needing a source.
 _UNSOURCED = {"gpu.name", "gpu.description", "features.mma_sync", "features.wgmma",

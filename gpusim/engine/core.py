@@ -168,6 +168,7 @@ class Engine:
         self.tma_extra = gpu.copy.tma_extra_latency_cycles / clock
         self.step_latency = gpu.units.flash_step_latency_cycles / clock
         self.launch_gap = gpu.launch.kernel_launch_us * 1e-6
+        self.cta_turnover = gpu.launch.cta_turnover_cycles / clock
         self._mma_rates: dict[tuple, float] = {}
         self._wgmma_smem: dict[tuple, float] = {}
         self.totals = [0.0] * N_COUNTERS
@@ -567,13 +568,17 @@ class Engine:
         def role_process(role_spec, state):
             yield from self._run(role_spec.items, state, cta)
 
+        start = env.now
+        if self.cta_turnover > 0.0:
+            # Starting and retiring a CTA holds its slot: 0.29 us a round with
+            # one empty CTA per SM (calibrate.py cta_cycle), no unit busy.
+            yield env.timeout(self.cta_turnover)
         self._disturb(sm)
         procs = []
         for spec in program.roles:
             state = _Role(spec.name, spec.warps, list(plan) if plan else None)
             cta.roles.append(state)
             procs.append(env.process(role_process(spec, state)))
-        start = env.now
         yield env.all_of(procs)
         if cta.last_store > env.now:
             yield env.timeout(cta.last_store - env.now)

@@ -281,10 +281,51 @@ extern "C" __global__ void cta_cycle(const int4* __restrict__ in, int4* __restri
         if (i < vecs) out[base + i] = r[j];
     }
 }
+
+// The same copy, stamped: thread 0 records the global timer when the CTA starts,
+// when its whole tile has arrived (after the barrier) and when its stores are
+// issued, and the SM it ran on. Do the SMs' loads of one round finish one by one
+// (served in order) or together (bandwidth shared)? Do the rounds stay in step?
+extern "C" __global__ void cta_cycle_stamped(const int4* __restrict__ in, int4* __restrict__ out, int vecs,
+                                             unsigned long long* stamps) {
+    extern __shared__ int4 sbuf[];
+    unsigned long long t0 = gtimer();
+    const size_t base = (size_t)blockIdx.x * vecs;
+    int4 r[CTA_CYCLE_VECS_PER_THREAD];
+    #pragma unroll
+    for (int j = 0; j < CTA_CYCLE_VECS_PER_THREAD; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < vecs) r[j] = in[base + i];
+    }
+    #pragma unroll
+    for (int j = 0; j < CTA_CYCLE_VECS_PER_THREAD; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < vecs) sbuf[i] = r[j];
+    }
+    __syncthreads();
+    unsigned long long t1 = gtimer();
+    #pragma unroll
+    for (int j = 0; j < CTA_CYCLE_VECS_PER_THREAD; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < vecs) r[j] = sbuf[i];
+    }
+    #pragma unroll
+    for (int j = 0; j < CTA_CYCLE_VECS_PER_THREAD; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < vecs) out[base + i] = r[j];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        unsigned long long* s = stamps + 4 * (size_t)blockIdx.x;
+        s[0] = t0; s[1] = t1; s[2] = gtimer(); s[3] = smid;
+    }
+}
 """
 
 CUDA_KERNELS = ("ex2_loop", "ffma_loop", "smem_read", "mma_bf16", "mma_f16", "mma_e4m3",
-                "chase_plain", "chase_tma", "empty_kernel", "cta_cycle")
+                "chase_plain", "chase_tma", "empty_kernel", "cta_cycle", "cta_cycle_stamped")
 
 
 def compile_cuda(workdir: str, arch: str = "sm_90") -> str:
@@ -1117,6 +1158,49 @@ def bench_cta_cycle(r: Runner, mod):
     del src, dst
 
 
+CTA_STAMP_ROUNDS = 8
+
+
+def bench_cta_stamps(r: Runner, mod, out_dir: str):
+    """Per-CTA timestamps of the copy at one CTA per SM (16 and 32 KB tiles), written
+    to cta_stamps_h100.csv beside the calibration CSV; rows `cta_stamps` summarise,
+    per round, how spread the SMs' tile arrivals are (FIFO service would spread the
+    first round's arrivals over its whole transfer, shared bandwidth bunches them)."""
+    import cupy
+    import numpy as np
+
+    k = mod.get_function("cta_cycle_stamped")
+    smem = int(r.props.shared_memory_per_multiprocessor) - 1024
+    k.max_dynamic_shared_size_bytes = smem
+    grid = r.sms * CTA_STAMP_ROUNDS
+    src = cupy.random.random(grid * max(CTA_CYCLE_TILES) // 4, dtype=cupy.float32)
+    dst = cupy.empty_like(src)
+    stamps = cupy.zeros(4 * grid, dtype=cupy.uint64)
+    lines = ["tile_bytes,rep,cta,sm,start_ns,arrived_ns,end_ns"]
+    for nbytes in CTA_CYCLE_TILES[1:]:
+        for rep in range(3):
+            k((grid,), (CTA_CYCLE_THREADS,), (src, dst, np.int32(nbytes // 16), stamps), shared_mem=smem)
+            cupy.cuda.Device().synchronize()
+            a = stamps.get().reshape(grid, 4).astype(np.int64)
+            t0 = a[:, 0].min()
+            for c in range(grid):
+                lines.append(f"{nbytes},{rep},{c},{a[c, 3]},{a[c, 0] - t0},{a[c, 1] - t0},{a[c, 2] - t0}")
+            if rep:
+                continue
+            for rnd in (0, 1, CTA_STAMP_ROUNDS - 1):
+                part = a[rnd * r.sms:(rnd + 1) * r.sms]
+                start, arrive = part[:, 0] - t0, part[:, 1] - part[:, 0]
+                r.add("cta_stamps", f"{nbytes}B_round{rnd}", float(np.median(arrive)) / 1e3, "us",
+                      detail=f"tile arrival after CTA start, median over the round's {r.sms} CTAs; "
+                             f"p10 {np.percentile(arrive, 10) / 1e3:.3f} p90 {np.percentile(arrive, 90) / 1e3:.3f} us; "
+                             f"CTA starts spread p10-p90 {np.percentile(start, 10) / 1e3:.3f}-"
+                             f"{np.percentile(start, 90) / 1e3:.3f} us after the first")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "cta_stamps_h100.csv"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    del src, dst
+
+
 def bench_exp2_triton(r: Runner, K):
     torch = r.torch
     BLOCK, grid, iters = 1024, r.sms * 16, 2048
@@ -1228,7 +1312,8 @@ def cmd_run(args) -> int:
              ("exp2_triton", lambda: bench_exp2_triton(r, K)),
              ("latency", lambda: mod and bench_latency(r, mod)),
              ("launch", lambda: bench_launch(r, K, mod)),
-             ("cta_cycle", lambda: mod and bench_cta_cycle(r, mod))]
+             ("cta_cycle", lambda: mod and bench_cta_cycle(r, mod)),
+             ("cta_stamps", lambda: mod and bench_cta_stamps(r, mod, args.out_dir))]
     only = set(args.only.split(",")) if args.only else None
     for name, step in steps:
         if only and name not in only:

@@ -119,3 +119,42 @@ def test_a_shape_is_scored_only_when_every_measured_config_was_predicted():
     full = {shape: {c: (10.0 - i, "tensor_cores") for i, c in enumerate(configs)}}
     row = top_pick.analyse(measured, predicted=full, progress=False)[0]
     assert row["loss_pct"] == 200.0 and row["within_bar"] is False
+
+
+def _live_files(tmp_path, pick_ms, best_ms):
+    picks = tmp_path / "picks.csv"
+    picks.write_text("seqlen,head_dim,causal,pick,best\n512,64,0,64x64 w4 s3,128x64 w8 s3\n"
+                     "1024,64,0,128x64 w8 s3,128x64 w8 s3\n")
+    live = tmp_path / "live.csv"
+    rows = ["kernel,config,seqlen,head_dim,causal,ms,status,gpu,driver,git_commit,date"]
+    for n, cfg, ms in ((512, "64x64 w4 s3", pick_ms), (512, "128x64 w8 s3", best_ms),
+                       (1024, "128x64 w8 s3", 0.3), (1024, "64x64 w4 s3", 0.2)):
+        spec = "fa2@" + cfg.split()[0] + "x" + cfg.split()[1][1:] + "x" + cfg.split()[2][1:]
+        rows.append(f"{spec},{cfg},{n},64,0,{ms},ok,H100,580,abc,2026")
+    live.write_text("\n".join(rows) + "\n")
+    return picks, live
+
+
+def test_live_picks_lose_against_the_fastest_of_the_same_run(tmp_path):
+    from experiments.top_pick_live import analyse, plan
+
+    picks, live = _live_files(tmp_path, pick_ms=0.21, best_ms=0.20)
+    rows, md = analyse(picks, live)
+    by_n = {r["seqlen"]: r for r in rows}
+    assert by_n[512]["loss_pct"] == 5.0 and by_n[512]["best"] == "128x64 w8 s3"
+    # the pick is the measured best of the sweep, but the live run found a faster config
+    assert by_n[1024]["loss_pct"] == 50.0 and by_n[1024]["best"] == "64x64 w4 s3"
+    assert "1 of 2 picks within 5%" in md
+    assert plan(picks).startswith("python -m kernels.bench --kernels fa2@128x64x8x3,fa2@64x64x4x3 ")
+
+
+def test_live_analysis_bad_input_exits_2(tmp_path, capsys):
+    from experiments.top_pick_live import main
+
+    picks, _ = _live_files(tmp_path, 0.2, 0.2)
+    assert main(["analyse", "--picks", str(picks), "--live", str(tmp_path / "absent.csv")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    bad = tmp_path / "bad.csv"
+    bad.write_text("seqlen,head_dim,causal,pick,best\n512,64,0,64x64-w4,64x64 w4 s3\n")
+    assert main(["plan", "--picks", str(bad)]) == 2
+    assert "is not like" in capsys.readouterr().err

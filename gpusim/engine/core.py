@@ -45,8 +45,10 @@ fast=False simulates every operation; tests hold the two paths together.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 
 import simpy
+from simpy.events import NORMAL, Timeout
 
 from algorithms.ops import (LD, TMA, Alu, Arrive, Exp, Load, Loop, Mma, MmaWait, SmemIO, StepLatency, Store,
                             SyncThreads, Wait)
@@ -115,6 +117,43 @@ def bottleneck_of(busy: dict[str, float]) -> tuple[str, float]:
     return unit, busy[unit]
 
 
+class _Environment(simpy.Environment):
+    """simpy.Environment with its two hot paths inlined, event order unchanged.
+
+    A Timeout built through SimPy's BoundClass costs three Python calls
+    (2.5 us against 1.0 us built here), and every event one more for step().
+    The events are SimPy's own, queued under the same (time, priority,
+    insertion id) key, so they are processed in the same order."""
+
+    def timeout(self, delay, value=None):
+        if delay < 0:
+            raise ValueError(f"Negative delay {delay}")
+        event = Timeout.__new__(Timeout)
+        event.env = self
+        event.callbacks = []
+        event._value = value
+        event._delay = delay
+        event._ok = True
+        heappush(self._queue, (self._now + delay, NORMAL, next(self._eid), event))
+        return event
+
+    def run_until_processed(self, until) -> None:
+        """env.run(until) for an event `until`, with step() inlined: process
+        events in order until `until` has been."""
+        queue = self._queue
+        while until.callbacks is not None:
+            if not queue:
+                raise RuntimeError(f"No scheduled events left but \"until\" event was not triggered: {until}")
+            self._now, _, _, event = heappop(queue)
+            callbacks, event.callbacks = event.callbacks, None
+            for callback in callbacks:
+                callback(event)
+            if not event._ok and not hasattr(event, "_defused"):
+                exc = type(event._value)(*event._value.args)
+                exc.__cause__ = event._value
+                raise exc
+
+
 class _SM:
     __slots__ = ("index", "units", "tensor", "sfu", "alu", "smem", "port", "skippers")
 
@@ -155,7 +194,7 @@ class _Cta:
 class Engine:
     def __init__(self, schedule: Schedule, gpu, fast: bool = True, tracer=None):
         self.schedule, self.gpu, self.fast, self.tracer = schedule, gpu, fast, tracer
-        self.env = simpy.Environment()
+        self.env = _Environment()
         self.mem = MemorySystem(gpu)
         self.mem.footprint = sum(t.nbytes for t in schedule.tensors.values())
         self.mem.scratch = {name for name, t in schedule.tensors.items() if t.kind == "local"}
@@ -171,6 +210,7 @@ class Engine:
         self.cta_turnover = gpu.launch.cta_turnover_cycles / clock
         self._mma_rates: dict[tuple, float] = {}
         self._wgmma_smem: dict[tuple, float] = {}
+        self._mma_cost_cache: dict[tuple, tuple[float, float]] = {}
         self.totals = [0.0] * N_COUNTERS
         self.events = 0
         self._ops = {Mma: self._mma, Load: self._load, Store: self._store, Exp: self._exp,
@@ -210,14 +250,26 @@ class Engine:
             self.tracer.slice(cta.sm.index, server.name, label, end - work_s, end)
         return end
 
+    def _mma_costs(self, op: Mma, factor: float) -> tuple[float, float]:
+        """Seconds an Mma holds the tensor cores and the SMEM. wgmma streams its
+        operands from SMEM as it computes: an operand-starved product holds the
+        tensor pipe until its reads are done (other CTAs' products queue behind
+        it, as in the wgmma_shape microbenchmark), and its reads share the SMEM
+        with cp.async/TMA fills. Cached by the op's fields (algorithms build a
+        fresh op every iteration; a field tuple hashes in C, the frozen
+        dataclass in Python)."""
+        key = (op.m, op.n, op.k, op.count, op.dtype, op.kind, op.a_in_smem, op.instr_n, factor,
+               self._num_warps)
+        costs = self._mma_cost_cache.get(key)
+        if costs is None:
+            rate = self._mma_rate(op.kind, op.dtype, factor, self._num_warps)
+            smem_s = self._wgmma_smem_s(op)
+            costs = self._mma_cost_cache[key] = (max(op.flops / rate, smem_s), smem_s)
+        return costs
+
     def _mma(self, op: Mma, role, cta):
-        rate = self._mma_rate(op.kind, op.dtype, role.factor, self._num_warps)
-        smem_s = self._wgmma_smem_s(op)
-        # wgmma streams its operands from SMEM as it computes: an operand-starved
-        # product holds the tensor pipe until its reads are done (other CTAs'
-        # products queue behind it, as in the wgmma_shape microbenchmark), and
-        # its reads share the SMEM with cp.async/TMA fills.
-        end = self._unit(cta.sm.tensor, TENSOR, max(op.flops / rate, smem_s), role, cta, "mma")
+        tensor_s, smem_s = self._mma_costs(op, role.factor)
+        end = self._unit(cta.sm.tensor, TENSOR, tensor_s, role, cta, "mma")
         if smem_s:
             end = max(end, self._unit(cta.sm.smem, SMEM, smem_s, role, cta, "wgmma operands"))
         if op.is_async:
@@ -275,27 +327,31 @@ class Engine:
 
     def _load(self, op: Load, role, cta):
         now = self.env.now
-        done, hit = self.mem.load(now, cta.sm.port, op.tile, op.nbytes)
+        mem, nbytes, engine = self.mem, op.nbytes, op.engine
+        done, hit = mem.load(now, cta.sm.port, op.tile, nbytes)
         c = role.c
-        c[REQ] += op.nbytes
-        self._count_transfer(role, op.nbytes)
+        c[REQ] += nbytes
+        self._count_transfer(role, nbytes)
         if not hit:
-            c[MISS] += op.nbytes
-            c[HBM] += op.nbytes * self.mem.hbm_s_per_byte
-        if op.engine == TMA:
+            c[MISS] += nbytes
+            c[HBM] += nbytes * mem.hbm_s_per_byte
+        if engine == TMA:
             done += self.tma_extra
-        if op.engine != LD:
+        if engine != LD:
             # cp.async and TMA deposit the tile in SMEM: its write bandwidth is
             # the same the wgmma operand reads use.
-            self._unit(cta.sm.smem, SMEM, op.nbytes / self.smem_rate, role, cta, "smem fill")
+            self._unit(cta.sm.smem, SMEM, nbytes / self.smem_rate, role, cta, "smem fill")
         if self.tracer is not None:
-            self.tracer.slice(cta.sm.index, f"load {op.engine}", op.tile.tensor, now, done)
-        if op.engine == LD:
+            self.tracer.slice(cta.sm.index, f"load {engine}", op.tile.tensor, now, done)
+        if engine == LD:
             return self.env.timeout(done - now)
         if op.signal:
-            barriers = [cta.barriers[name] for name in op.signal]
             arrival = self.env.timeout(done - now)
-            arrival.callbacks.append(lambda _event, bs=barriers: [b.arrive(1) for b in bs])
+            if len(op.signal) == 1:     # (the usual case: no list of barriers to build)
+                arrival.callbacks.append(cta.barriers[op.signal[0]].arrive_one)
+            else:
+                barriers = [cta.barriers[name] for name in op.signal]
+                arrival.callbacks.append(lambda _event, bs=barriers: [b.arrive(1) for b in bs])
         return None
 
     def _store(self, op: Store, role, cta):
@@ -334,19 +390,29 @@ class Engine:
             for i in range(loop.trips):
                 yield from self._run(loop.body(i), role, cta)
             return
-        env, trips = self.env, loop.trips
+        env, trips, ops = self.env, loop.trips, self._ops
         i, run_key, samples, skipped_run, run_end = 0, object(), [], None, None
         while i < trips:
             key = key_of(i)
             if key != run_key:
                 run_key, samples, run_end = key, [], None
-            t0, ext0, c0 = env.now, role.ext, list(role.c)
-            yield from self._run(loop.body(i), role, cta)
+            t0, ext0, c0 = env.now, role.ext, tuple(role.c)
+            # _run's loop, inlined: a generator less to resume at every event
+            for item in loop.body(i):
+                if item.__class__ is Loop:
+                    yield from self._loop(item, role, cta)
+                    continue
+                event = ops[item.__class__](item, role, cta)
+                if event is not None:
+                    self.events += 1
+                    yield event
             i += 1
-            samples.append((env.now - t0 + role.ext - ext0, [a - b for a, b in zip(role.c, c0)]))
+            # the counters before and after: their difference, the iteration's
+            # work, is taken only for the two iterations a skip extrapolates
+            samples.append((env.now - t0 + role.ext - ext0, c0, tuple(role.c)))
             if skipped_run == run_key or len(samples) < MIN_SAMPLES:
                 continue
-            (d1, _), (d2, _) = samples[-2], samples[-1]
+            d1, d2 = samples[-2][0], samples[-1][0]
             if abs(d1 - d2) > STEADY_TOLERANCE * max(d1, d2) and len(samples) < MAX_SAMPLES:
                 continue
             if run_end is None:     # found once per run (a disturbed skip resumes it)
@@ -378,7 +444,9 @@ class Engine:
     def _per_iteration(samples) -> list[float]:
         """One skipped iteration's work: the mean of the last two timed ones
         (requested and stored bytes are equal in every iteration of a run)."""
-        (_, first), (_, last) = samples
+        (_, first0, first1), (_, last0, last1) = samples
+        first = [a - b for a, b in zip(first1, first0)]
+        last = [a - b for a, b in zip(last1, last0)]
         work = [(a + b) / 2 for a, b in zip(first, last)]
         work[REQ], work[STORE], work[SCRATCH] = last[REQ], last[STORE], last[SCRATCH]
         return work
@@ -470,10 +538,9 @@ class Engine:
         CTAs share). FA1's Q/O loop replayed this way came out 81% slower
         than its full simulation (B16 H32 N1024 D64) against +10% without,
         a deviation not understood yet: it keeps the anonymous entry."""
-        accesses = []
-        for j in range(first, first + count):
-            for op in loop.memory(j):
-                accesses.append((op.tile, op.nbytes, op.__class__ is Store))
+        memory = loop.memory
+        accesses = [(op.tile, op.nbytes, op.__class__ is Store)
+                    for j in range(first, first + count) for op in memory(j)]
         now = self.env.now
         missed = self.mem.touch(now, until, accesses)
         self.mem.hbm.add_background(now, until, missed * self.mem.hbm_s_per_byte)
@@ -565,9 +632,6 @@ class Engine:
         cta = _Cta(sm, barriers)
         plan = self._skip_plan(program)
 
-        def role_process(role_spec, state):
-            yield from self._run(role_spec.items, state, cta)
-
         start = env.now
         if self.cta_turnover > 0.0:
             # Starting and retiring a CTA holds its slot: 0.29 us a round with
@@ -578,7 +642,7 @@ class Engine:
         for spec in program.roles:
             state = _Role(spec.name, spec.warps, list(plan) if plan else None)
             cta.roles.append(state)
-            procs.append(env.process(role_process(spec, state)))
+            procs.append(env.process(self._run(spec.items, state, cta)))
         yield env.all_of(procs)
         if cta.last_store > env.now:
             yield env.timeout(cta.last_store - env.now)
@@ -624,15 +688,18 @@ class Engine:
                 # CTA in it belongs to a steady class (classes interleave:
                 # edge tiles, causal Q blocks).
                 share = max(1, (grid - index) // state["slots"])
-                batch: dict = {}
+                batch: dict = {}    # class -> [stats, count]
                 end = index
+                slots, cost_key = state["slots"], launch.cost_key
                 while end < grid and end - index < share:
-                    k = key if end == index else launch.cost_key(end)
-                    stats = samples.get(k)
-                    if stats is None or not stats.ready(state["slots"]):
-                        break
+                    k = key if end == index else cost_key(end)
                     entry = batch.get(k)
-                    batch[k] = (stats, 1) if entry is None else (stats, entry[1] + 1)
+                    if entry is None:   # (a class in the batch is steady: ready() latches)
+                        stats = samples.get(k)
+                        if stats is None or not stats.ready(slots):
+                            break
+                        entry = batch[k] = [stats, 0]
+                    entry[1] += 1
                     end += 1
                 state["next"] = end
                 state["ghosted"] += end - index
@@ -750,7 +817,7 @@ class Engine:
                 yield from self._launch(launch, cps, results)
 
         busy0 = self._busy_snapshot()
-        self.env.run(self.env.process(main()))
+        self.env.run_until_processed(self.env.process(main()))
         self.mem.flush()
         runtime = self.env.now
         busy = self._busy_fractions(busy0, runtime)

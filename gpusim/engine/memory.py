@@ -131,15 +131,17 @@ class MemorySystem:
             if dirty:
                 self._write_back(now, nbytes)
             return
-        self.lines[tile] = [nbytes, ready, dirty, self.launch]
-        self.used += nbytes
-        while self.used > self.capacity:
-            _, (size, _, dirty, launch) = self.lines.popitem(last=False)
-            self.used -= size
+        lines, capacity = self.lines, self.capacity
+        lines[tile] = [nbytes, ready, dirty, self.launch]
+        used = self.used + nbytes       # (a local: every replayed miss evicts)
+        while used > capacity:
+            _, (size, _, dirty, launch) = lines.popitem(last=False)
+            used -= size
             if dirty and launch != self.launch:
                 self.stale_dirty -= _dirty_bytes(size, dirty)
             if dirty:
                 self._write_back(now, _dirty_bytes(size, dirty))
+        self.used = used
 
     def begin_launch(self) -> None:
         self.launch += 1

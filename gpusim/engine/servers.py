@@ -29,15 +29,16 @@ class Server:
     def serve(self, now: float, service: float) -> float:
         """Queue `service` seconds of work arriving at `now`; return its end time."""
         self.busy += service
-        if self._bg:
+        if self._bg and now > self._bg_since:   # (the check _queue_background starts with, inlined)
             self._queue_background(now)
-        start = self.free_at if self.free_at > now else now
-        self.free_at = start + service
-        return self.free_at
+        free_at = self.free_at
+        free_at = (free_at if free_at > now else now) + service
+        self.free_at = free_at
+        return free_at
 
     def served_by(self, now: float) -> float:
         """When the work queued by `now`, background included, is served."""
-        if self._bg:
+        if self._bg and now > self._bg_since:
             self._queue_background(now)
         return self.free_at if self.free_at > now else now
 
@@ -75,20 +76,22 @@ class Server:
         bg, t = self._bg, self._bg_since
         if now <= t:
             return
+        load, free_at = self._bg_load, self.free_at     # (locals: a hot loop)
         while t < now:
             seg_end = bg[0][0] if bg and bg[0][0] < now else now
-            if self._bg_load > 0.0:
-                if self.free_at < t:
-                    self.free_at = t
-                self.free_at += self._bg_load * (seg_end - t)
+            if load > 0.0:
+                if free_at < t:
+                    free_at = t
+                free_at += load * (seg_end - t)
             t = seg_end
             while bg and bg[0][0] <= t:
                 ended = heapq.heappop(bg)
                 if ended[2]:
-                    self._bg_load -= ended[1]
+                    load -= ended[1]
             if not bg:
-                self._bg_load = 0.0
+                load = 0.0
                 break
+        self._bg_load, self.free_at = load, free_at
         self._bg_since = now
 
 
@@ -109,6 +112,10 @@ class Barrier:
             need, event = self.waiters.pop(0)
             self.tokens -= need
             event.succeed()
+
+    def arrive_one(self, _event) -> None:
+        """arrive(1), as an event's callback (a copy engine's tile has landed)."""
+        self.arrive(1)
 
     def take(self, count: int = 1):
         """None if the tokens are there (taken), else an event to wait on."""

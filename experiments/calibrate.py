@@ -254,11 +254,10 @@ extern "C" __global__ void empty_kernel() {}
 // dynamic SMEM sets how many CTAs share an SM; vecs = 0: CTAs that only start and
 // retire. Timed over many waves, the slope is one round of CTAs per SM.
 #define CTA_CYCLE_VECS_PER_THREAD 8   // a 32 KB tile over 256 threads
-extern "C" __global__ void cta_cycle(const int4* __restrict__ in, int4* __restrict__ out, int vecs) {
-    extern __shared__ int4 sbuf[];
-    const size_t base = (size_t)blockIdx.x * vecs;
+// Global -> SMEM: every load issued before the first is used, as a cp.async or TMA
+// tile copy is.
+__device__ __forceinline__ void tile_in(const int4* __restrict__ in, int4* sbuf, size_t base, int vecs) {
     int4 r[CTA_CYCLE_VECS_PER_THREAD];
-    // every load issued before the first is used, as a cp.async or TMA tile copy is
     #pragma unroll
     for (int j = 0; j < CTA_CYCLE_VECS_PER_THREAD; j++) {
         int i = threadIdx.x + j * blockDim.x;
@@ -269,7 +268,11 @@ extern "C" __global__ void cta_cycle(const int4* __restrict__ in, int4* __restri
         int i = threadIdx.x + j * blockDim.x;
         if (i < vecs) sbuf[i] = r[j];
     }
-    __syncthreads();
+}
+
+// SMEM -> global, all reads before the first store.
+__device__ __forceinline__ void tile_out(const int4* sbuf, int4* __restrict__ out, size_t base, int vecs) {
+    int4 r[CTA_CYCLE_VECS_PER_THREAD];
     #pragma unroll
     for (int j = 0; j < CTA_CYCLE_VECS_PER_THREAD; j++) {
         int i = threadIdx.x + j * blockDim.x;
@@ -282,6 +285,14 @@ extern "C" __global__ void cta_cycle(const int4* __restrict__ in, int4* __restri
     }
 }
 
+extern "C" __global__ void cta_cycle(const int4* __restrict__ in, int4* __restrict__ out, int vecs) {
+    extern __shared__ int4 sbuf[];
+    const size_t base = (size_t)blockIdx.x * vecs;
+    tile_in(in, sbuf, base, vecs);
+    __syncthreads();
+    tile_out(sbuf, out, base, vecs);
+}
+
 // The same copy, stamped: thread 0 records the global timer when the CTA starts,
 // when its whole tile has arrived (after the barrier) and when its stores are
 // issued, and the SM it ran on. Do the SMs' loads of one round finish one by one
@@ -291,29 +302,10 @@ extern "C" __global__ void cta_cycle_stamped(const int4* __restrict__ in, int4* 
     extern __shared__ int4 sbuf[];
     unsigned long long t0 = gtimer();
     const size_t base = (size_t)blockIdx.x * vecs;
-    int4 r[CTA_CYCLE_VECS_PER_THREAD];
-    #pragma unroll
-    for (int j = 0; j < CTA_CYCLE_VECS_PER_THREAD; j++) {
-        int i = threadIdx.x + j * blockDim.x;
-        if (i < vecs) r[j] = in[base + i];
-    }
-    #pragma unroll
-    for (int j = 0; j < CTA_CYCLE_VECS_PER_THREAD; j++) {
-        int i = threadIdx.x + j * blockDim.x;
-        if (i < vecs) sbuf[i] = r[j];
-    }
+    tile_in(in, sbuf, base, vecs);
     __syncthreads();
     unsigned long long t1 = gtimer();
-    #pragma unroll
-    for (int j = 0; j < CTA_CYCLE_VECS_PER_THREAD; j++) {
-        int i = threadIdx.x + j * blockDim.x;
-        if (i < vecs) r[j] = sbuf[i];
-    }
-    #pragma unroll
-    for (int j = 0; j < CTA_CYCLE_VECS_PER_THREAD; j++) {
-        int i = threadIdx.x + j * blockDim.x;
-        if (i < vecs) out[base + i] = r[j];
-    }
+    tile_out(sbuf, out, base, vecs);
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned smid;

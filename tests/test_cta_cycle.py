@@ -60,7 +60,7 @@ def replayed():
     return out
 
 
-def test_occupancy_follows_dynamic_smem(replayed):
+def test_occupancy_follows_dynamic_smem():
     """The replay holds as many CTAs per SM as the launch's SMEM allowed on the GPU."""
     from gpusim.occupancy import occupancy
     from gpusim.profile import load_profile

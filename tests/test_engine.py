@@ -208,10 +208,71 @@ def test_cancelled_background_stops_loading_the_server():
     assert cut.busy == pytest.approx(4.0 + 2.0)
 
 
+def _shared_server():
+    from gpusim.engine.core import _Environment
+    from gpusim.engine.servers import SharedServer
+
+    env = _Environment()
+    return env, SharedServer("x", env)
+
+
+def _requests(env, server, arrivals):
+    """(at, service, source, name) requests; returns {name: time it left}."""
+    done = {}
+
+    def arrive(at, service, source, name):
+        yield env.timeout(at)
+        server.request(env.now, service, lambda t, n=name: done.__setitem__(n, t), source)
+
+    for a in arrivals:
+        env.process(arrive(*a))
+    env.run(until=100.0)
+    return done
+
+
+def test_shared_server_shares_between_requests_in_flight():
+    """Processor sharing: two requests from 0 s each get half the rate; a third
+    at 0.5 s a third of it; each leaves when its own service is complete."""
+    env, server = _shared_server()
+    done = _requests(env, server, [(0.0, 1.0, "a", "a"), (0.0, 1.0, "b", "b"),
+                                   (0.5, 1.0, "c", "c"), (3.0, 0.5, "d", "d")])
+    # a, b: 0.25 s each by 0.5 s, then 0.75 s more at 1/3 -> 2.75; c: 0.75 s by then, alone -> 3.0
+    assert done == pytest.approx({"a": 2.75, "b": 2.75, "c": 3.0, "d": 3.5})
+    assert server.busy == pytest.approx(3.5)
+
+
+def test_shared_server_serves_one_request_per_source_at_a_time():
+    """An SM's requests go through its port in order: its second waits for its
+    first, while another SM's request shares the bandwidth with each in turn."""
+    env, server = _shared_server()
+    done = _requests(env, server, [(0.0, 1.0, "sm0", "first"), (0.0, 1.0, "sm0", "second"),
+                                   (0.0, 2.0, "sm1", "other")])
+    # first and other at 1/2 until first is done at 2 s; then second and
+    # other's remaining 1 s at 1/2 each: both leave at 4 s
+    assert done == pytest.approx({"first": 2.0, "other": 4.0, "second": 4.0})
+
+
+def test_shared_server_background_takes_its_demand_and_queues_its_excess():
+    """Fast-forwarded work demanding 40% of the rate leaves 60% to a request;
+    a backlog dumped at once (write-backs) shares as one more requester and
+    is what served_by waits for."""
+    env, server = _shared_server()
+    server.add_background(0.0, 10.0, 4.0)                 # 0.4 of the rate for 10 s
+    done = _requests(env, server, [(0.0, 0.6, None, "r")])
+    assert done["r"] == pytest.approx(1.0)
+    env, server = _shared_server()
+    server.add_background(0.0, 0.0, 2.0)                  # 2 s of backlog at once
+    assert server.served_by(0.0) == pytest.approx(2.0)
+    done = _requests(env, server, [(0.0, 1.0, None, "r")])
+    assert done["r"] == pytest.approx(2.0)                # half the rate while both are there
+    assert server.idle(3.0) and server.served_by(3.0) == pytest.approx(3.0)
+
+
 def test_ghost_batches_wait_for_the_memory_they_loaded():
     """Standard's QK GEMM at HBM's rate: 16k short CTAs, nine in ten ghosted.
-    A ghost batch ends when HBM has served its fluid, not when its class's
-    duration says (fast path 46% fast against the full simulation before)."""
+    The launch ends when HBM has served its ghosts' fluid, not when their
+    class's duration says (fast path 46% fast against the full simulation
+    before)."""
     import dataclasses
 
     problem = AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=64, causal=True)

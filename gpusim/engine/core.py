@@ -38,8 +38,8 @@ Fast path (fast=True), in two levels, both extrapolating measured time:
    under steady contention -- after the first wave, with L2 settled (full,
    and rid of an earlier launch's dirty tiles) -- take the same time, later
    CTAs of that class hold their slot for that time with their mean work as
-   background load, in batches over long runs; a batch ends when the units it
-   loaded have served it.
+   background load, in batches over long runs; a batch ends when its SM's
+   units have served it, the launch when L2 and HBM have served all of it.
 fast=False simulates every operation; tests hold the two paths together.
 """
 from __future__ import annotations
@@ -137,6 +137,16 @@ class _Environment(simpy.Environment):
         heappush(self._queue, (self._now + delay, NORMAL, next(self._eid), event))
         return event
 
+    def trigger_at(self, event, t: float) -> None:
+        """Succeed the pending `event` at time t (now, if t is past)."""
+        event._ok = True
+        event._value = None
+        heappush(self._queue, (t if t > self._now else self._now, NORMAL, next(self._eid), event))
+
+    def call_at(self, t: float, callback) -> None:
+        """callback(event) at time t (now, if t is past)."""
+        self.timeout(t - self._now if t > self._now else 0.0).callbacks.append(callback)
+
     def run_until_processed(self, until) -> None:
         """env.run(until) for an event `until`, with step() inlined: process
         events in order until `until` has been."""
@@ -182,20 +192,31 @@ class _Role:
 
 
 class _Cta:
-    __slots__ = ("sm", "barriers", "last_store", "roles")
+    __slots__ = ("sm", "barriers", "last_store", "roles", "env", "stores", "all_stored")
 
-    def __init__(self, sm, barriers):
+    def __init__(self, sm, barriers, env):
         self.sm = sm
         self.barriers = barriers
         self.last_store = 0.0
         self.roles: list[_Role] = []
+        self.env = env
+        self.stores = 0             # stores the SM has not yet handed to L2
+        self.all_stored = None      # an event the CTA's end waits on, while some are out
+
+    def stored(self, t: float) -> None:
+        """A store has left the SM at t."""
+        if t > self.last_store:
+            self.last_store = t
+        self.stores -= 1
+        if self.stores == 0 and self.all_stored is not None:
+            self.env.trigger_at(self.all_stored, self.last_store)
 
 
 class Engine:
     def __init__(self, schedule: Schedule, gpu, fast: bool = True, tracer=None):
         self.schedule, self.gpu, self.fast, self.tracer = schedule, gpu, fast, tracer
         self.env = _Environment()
-        self.mem = MemorySystem(gpu)
+        self.mem = MemorySystem(gpu, self.env)
         self.mem.footprint = sum(t.nbytes for t in schedule.tensors.values())
         self.mem.scratch = {name for name, t in schedule.tensors.items() if t.kind == "local"}
         self.sms = [_SM(i) for i in range(gpu.gpu.sm_count)]
@@ -326,40 +347,55 @@ class Engine:
         c[L2] += nbytes * mem.l2_s_per_byte
 
     def _load(self, op: Load, role, cta):
-        now = self.env.now
+        env = self.env
+        now = env.now
         mem, nbytes, engine = self.mem, op.nbytes, op.engine
-        done, hit = mem.load(now, cta.sm.port, op.tile, nbytes)
+        extra = self.tma_extra if engine == TMA else 0.0
+        event = None
+        if engine == LD:
+            event = simpy.Event(env)
+
+            def arrived(t):
+                env.trigger_at(event, t)
+        elif op.signal:
+            if len(op.signal) == 1:     # (the usual case: no list of barriers to build)
+                signal = cta.barriers[op.signal[0]].arrive_one
+            else:
+                barriers = [cta.barriers[name] for name in op.signal]
+
+                def signal(_event, bs=barriers):
+                    for b in bs:
+                        b.arrive(1)
+
+            def arrived(t):
+                env.call_at(t + extra, signal)
+        else:
+            def arrived(t):
+                pass
+        if self.tracer is not None:
+            deliver, tracer, sm_index, tensor = arrived, self.tracer, cta.sm.index, op.tile.tensor
+
+            def arrived(t):
+                tracer.slice(sm_index, f"load {engine}", tensor, now, t + extra)
+                deliver(t)
+        hit = mem.load(now, cta.sm.port, op.tile, nbytes, arrived)
         c = role.c
         c[REQ] += nbytes
         self._count_transfer(role, nbytes)
         if not hit:
             c[MISS] += nbytes
             c[HBM] += nbytes * mem.hbm_s_per_byte
-        if engine == TMA:
-            done += self.tma_extra
         if engine != LD:
             # cp.async and TMA deposit the tile in SMEM: its write bandwidth is
             # the same the wgmma operand reads use.
             self._unit(cta.sm.smem, SMEM, nbytes / self.smem_rate, role, cta, "smem fill")
-        if self.tracer is not None:
-            self.tracer.slice(cta.sm.index, f"load {engine}", op.tile.tensor, now, done)
-        if engine == LD:
-            return self.env.timeout(done - now)
-        if op.signal:
-            arrival = self.env.timeout(done - now)
-            if len(op.signal) == 1:     # (the usual case: no list of barriers to build)
-                arrival.callbacks.append(cta.barriers[op.signal[0]].arrive_one)
-            else:
-                barriers = [cta.barriers[name] for name in op.signal]
-                arrival.callbacks.append(lambda _event, bs=barriers: [b.arrive(1) for b in bs])
-        return None
+        return event
 
     def _store(self, op: Store, role, cta):
-        end = self.mem.store(self.env.now, cta.sm.port, op.tile, op.nbytes)
+        cta.stores += 1
+        self.mem.store(self.env.now, cta.sm.port, op.tile, op.nbytes, cta.stored)
         role.c[SCRATCH if op.tile.tensor in self.mem.scratch else STORE] += op.nbytes
         self._count_transfer(role, op.nbytes)
-        if end > cta.last_store:
-            cta.last_store = end
         return None
 
     def _arrive(self, op: Arrive, role, cta):
@@ -501,7 +537,7 @@ class Engine:
                 served = self._served_by(None, work, hbm=missed > 0)
                 if served > env.now:
                     yield env.timeout(served - env.now)
-                if hi == count or not (hbm_bound and self.mem.hbm.served_by(env.now) <= env.now):
+                if hi == count or not (hbm_bound and self.mem.hbm.idle(env.now)):
                     continue
             else:
                 done = lo + (min(hi - lo, int((env.now - chunk_start) / period)) if period > 0 else 0)
@@ -629,7 +665,7 @@ class Engine:
         barriers = _Barriers(env)
         for name, tokens in program.barriers.items():
             barriers[name] = Barrier(env, tokens)
-        cta = _Cta(sm, barriers)
+        cta = _Cta(sm, barriers, env)
         plan = self._skip_plan(program)
 
         start = env.now
@@ -644,6 +680,9 @@ class Engine:
             cta.roles.append(state)
             procs.append(env.process(self._run(spec.items, state, cta)))
         yield env.all_of(procs)
+        if cta.stores:
+            cta.all_stored = simpy.Event(env)
+            yield cta.all_stored
         if cta.last_store > env.now:
             yield env.timeout(cta.last_store - env.now)
         ext = max(role.ext for role in cta.roles)
@@ -742,19 +781,22 @@ class Engine:
                               start + duration)
         self.events += 1
         yield env.timeout(duration)
-        # Its work arrived as a fluid over the batch; where a unit could not
-        # keep up, the batch ends when that unit has served it (FIFO, as a
-        # real request would wait). Without this, ghosts of a launch beyond
-        # HBM's rate left their backlog to the next launch: standard's QK
-        # GEMM came out 46% fast and its softmax 62% slow against the full
-        # simulation (B4 H16 N2048 D64 causal).
-        served = self._served_by(sm, work)
+        # Its work arrived as a fluid over the batch; where one of its SM's
+        # units could not keep up, the batch ends when that unit has served
+        # it (FIFO, as a real request would wait). L2's and HBM's backlog is
+        # waited for at the launch's end (_launch): waited for here, every
+        # batch on a saturated HBM also waited for the backlog of all the
+        # others and the launch came out 10-18% slow (calibrate.py cta_cycle
+        # copies at 4 CTAs per SM); not waited for at all, ghosts beyond
+        # HBM's rate left their backlog to the next launch (standard's QK
+        # GEMM 46% fast, its softmax 62% slow, B4 H16 N2048 D64 causal).
+        served = self._served_by(sm, work, shared=False)
         if served > env.now:
             self.events += 1
             yield env.timeout(served - env.now)
         self._disturb(sm)
 
-    def _served_by(self, sm: _SM | None, work, hbm: bool = False) -> float:
+    def _served_by(self, sm: _SM | None, work, hbm: bool = False, shared: bool = True) -> float:
         """When the units `work` loaded (the global ones, and this SM's unless
         `sm` is None; HBM also for the write-backs of its stores, or when
         `hbm`) have served what is queued. Loop skips check only the global
@@ -764,9 +806,9 @@ class Engine:
         now = self.env.now
         servers = [] if sm is None else [
             server for server, slot in zip(sm.units, (TENSOR, SFU, ALU, SMEM, PORT)) if work[slot] > 0.0]
-        if work[L2] > 0.0:
+        if shared and work[L2] > 0.0:
             servers.append(self.mem.l2)
-        if hbm or work[HBM] > 0.0 or work[STORE] > 0.0:
+        if shared and (hbm or work[HBM] > 0.0 or work[STORE] > 0.0):
             servers.append(self.mem.hbm)
         return max((server.served_by(now) for server in servers), default=now)
 
@@ -784,6 +826,12 @@ class Engine:
                  "warm": False}
         procs = [env.process(self._slot(launch, sm, state)) for _, sm in slots]
         yield env.all_of(procs)
+        # The launch ends when L2 and HBM have served its fast-forwarded work
+        # (a ghost batch itself waits only for its SM's units: see _ghost).
+        drained = max(self.mem.l2.served_by(env.now), self.mem.hbm.served_by(env.now))
+        if drained > env.now:
+            self.events += 1
+            yield env.timeout(drained - env.now)
         runtime = env.now - start
         busy = self._busy_fractions(busy0, runtime)
         unit, share = bottleneck_of(busy)

@@ -7,19 +7,42 @@ least recently used. Stores write back: a stored tile becomes dirty in L2 and
 reaches HBM when evicted, or at the end of the run. With capacity 0 every load
 misses and every store goes straight to HBM.
 
-Bandwidths are FIFO Servers shared by all SMs; each SM also has its own port
-to L2. Latencies add after the bandwidth wait.
+L2 and HBM bandwidth are SharedServers (processor sharing among the requests
+in flight from all SMs); each SM also has its own port to L2, served in
+order. Latencies add after the bandwidth wait.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from .servers import Server
+from .servers import Server, SharedServer
 
 # L2 counts as full above this share of its capacity, and as rid of an earlier
 # launch's dirty tiles below this share of it.
 FULL = 0.95
 STALE_DIRTY_TOLERANCE = 0.02
+
+
+class _Arrival:
+    """A load's bytes: in after all of its `parts` have come (L2's share of
+    bandwidth, and for a hit on a tile still on its way, that tile), and
+    no earlier than `floor`; then(t) is told once."""
+
+    __slots__ = ("parts", "at", "latency", "then")
+
+    def __init__(self, parts: int, floor: float, latency: float, then):
+        self.parts, self.at, self.latency, self.then = parts, floor, latency, then
+
+    def served(self, t: float) -> None:
+        """L2 has served the request at t: the bytes follow after its latency."""
+        self.ready(t + self.latency)
+
+    def ready(self, t: float) -> None:
+        if t > self.at:
+            self.at = t
+        self.parts -= 1
+        if self.parts == 0:
+            self.then(self.at)
 
 
 def _dirty_bytes(size: int, dirty) -> int:
@@ -29,17 +52,19 @@ def _dirty_bytes(size: int, dirty) -> int:
 
 
 class MemorySystem:
-    def __init__(self, gpu):
+    def __init__(self, gpu, env):
         clock = gpu.clock_hz
         self.capacity = gpu.l2.capacity_bytes
-        self.l2 = Server("l2_bandwidth")
-        self.hbm = Server("hbm_bandwidth")
+        self.l2 = SharedServer("l2_bandwidth", env)
+        self.hbm = SharedServer("hbm_bandwidth", env)
         self.l2_s_per_byte = 1.0 / (gpu.l2.bandwidth_gbps * 1e9)
         self.hbm_s_per_byte = 1.0 / (gpu.hbm.sustained_bandwidth_gbps * 1e9)
         self.port_s_per_byte = 1.0 / (gpu.l2.sm_port_bytes_per_clk * clock)
         self.l2_latency = gpu.l2.hit_latency_cycles / clock
         self.dram_latency = gpu.hbm.latency_cycles / clock
-        self.lines: OrderedDict = OrderedDict()  # tile -> [nbytes, ready_time, dirty, launch]
+        # tile -> [nbytes, ready, dirty, launch]; ready is the time the tile
+        # is in L2, or while it is on its way from HBM, the list of its waiters
+        self.lines: OrderedDict = OrderedDict()
         self.used = 0
         self.requested = 0
         self.hit_bytes = 0
@@ -57,22 +82,43 @@ class MemorySystem:
         # place, so their lines are kept clean rather than written back.
         self.scratch: set[str] = set()
 
-    def load(self, now: float, port: Server, tile, nbytes: int) -> tuple[float, bool]:
-        """Bytes of `tile` to an SM whose L2 port is `port`: (arrival time, hit)."""
+    def load(self, now: float, port: Server, tile, nbytes: int, then) -> bool:
+        """Bytes of `tile` to an SM whose L2 port is `port`; then(t) learns
+        when they arrive (t >= the time it is called). Returns whether L2 had
+        the tile. A miss is paced by HBM and takes its share of L2 as it
+        passes, unwaited; a hit on a tile still on its way waits for it."""
         self.requested += nbytes
         t_port = port.serve(now, nbytes * self.port_s_per_byte)
-        t_l2 = self.l2.serve(now, nbytes * self.l2_s_per_byte)
         line = self.lines.get(tile)
         if line is not None:
             self.lines.move_to_end(tile)
             self.hit_bytes += nbytes
-            done = max(t_port, t_l2) + self.l2_latency
-            return (line[1] if line[1] > done else done), True
+            ready = line[1]
+            floor = t_port + self.l2_latency
+            if ready.__class__ is list:         # in flight: its waiters
+                arrival = _Arrival(2, floor, self.l2_latency, then)
+                ready.append(arrival.ready)
+            else:
+                arrival = _Arrival(1, ready if ready > floor else floor, self.l2_latency, then)
+            self.l2.request(now, nbytes * self.l2_s_per_byte, arrival.served, port)
+            return True
         self.hbm_read += nbytes
-        t_hbm = self.hbm.serve(now, nbytes * self.hbm_s_per_byte)
-        done = max(t_port, t_l2, t_hbm) + self.dram_latency
-        self._insert(now, tile, nbytes, done, False)
-        return done, False
+        self.l2.request(now, nbytes * self.l2_s_per_byte, None, port)
+        waiters: list = []
+        self._insert(now, tile, nbytes, waiters, False)
+        line = self.lines.get(tile)
+        latency = self.dram_latency
+
+        def landed(t: float) -> None:
+            done = (t if t > t_port else t_port) + latency
+            if line is not None and line[1] is waiters:
+                line[1] = done
+            for waiter in waiters:
+                waiter(done)
+            then(done)
+
+        self.hbm.request(now, nbytes * self.hbm_s_per_byte, landed, port)
+        return False
 
     def touch(self, now: float, until: float, accesses) -> int:
         """Fast-forwarded loads and stores, (tile, nbytes, is_store) in
@@ -102,12 +148,13 @@ class MemorySystem:
             self._spread_until = None
         return missed
 
-    def store(self, now: float, port: Server, tile, nbytes: int) -> float:
-        """A tile written back to global memory through L2; returns when the SM is done with it."""
+    def store(self, now: float, port: Server, tile, nbytes: int, then) -> None:
+        """A tile written back to global memory through L2; then(t) learns
+        when the SM is done with it."""
         t_port = port.serve(now, nbytes * self.port_s_per_byte)
-        t_l2 = self.l2.serve(now, nbytes * self.l2_s_per_byte)
         self._write_tile(now, tile, nbytes)
-        return t_port if t_port > t_l2 else t_l2
+        self.l2.request(now, nbytes * self.l2_s_per_byte,
+                        lambda t: then(t if t > t_port else t_port), port)
 
     def _write_tile(self, now: float, tile, nbytes: int) -> None:
         """A stored tile becomes dirty in L2 (and this launch's); scratch stays clean."""
@@ -196,7 +243,7 @@ class MemorySystem:
     def _write_back(self, now: float, nbytes: int) -> None:
         self.hbm_write += nbytes
         if self._spread_until is None:
-            self.hbm.serve(now, nbytes * self.hbm_s_per_byte)
+            self.hbm.request(now, nbytes * self.hbm_s_per_byte)
         else:
             self.hbm.add_background(now, self._spread_until, nbytes * self.hbm_s_per_byte)
 

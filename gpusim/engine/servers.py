@@ -1,10 +1,23 @@
-"""FIFO servers and barriers: the engine's two synchronisation primitives.
+"""Servers and barriers: the engine's synchronisation primitives.
 
-A Server is a unit of fixed throughput (tensor cores, SFU, HBM, ...). Work
-is given as service time; requests are served in arrival order, so a request
-arriving at `now` finishes at max(now, free_at) + service. Reserving at
-request time costs one SimPy event per operation (the caller's timeout)
-instead of a request/hold/release triple.
+A Server is a unit of fixed throughput owned by one SM (tensor cores, SFU,
+its port to L2, ...). Work is given as service time; requests are served in
+arrival order, so a request arriving at `now` finishes at max(now, free_at)
++ service. Reserving at request time costs one SimPy event per operation
+(the caller's timeout) instead of a request/hold/release triple.
+
+A SharedServer is bandwidth shared by all SMs (L2, HBM): each SM's requests
+go through its port in order, one at a time, and the SMs with a request in
+flight share the bandwidth equally (processor sharing). A burst of loads
+from every SM then ends for all of them near the end of the burst, as on
+the H100 (calibrate.py cta_stamps: 132 CTAs' 16 KB tiles arrive p10-p90
+1.1-1.8 us after a round's start). Served in arrival order instead, the
+first SM had its tile after the latency alone and ran ahead, one SM's loads
+hid behind another's compute, and a copy round at one CTA per SM came out
+21-35% fast (calibrate.py cta_cycle; 10-11% with sharing). Shared per
+request rather than per SM, CTAs resident on one SM stayed in lock-step and
+left HBM idle between their bursts: copy rounds at 2 and 4 CTAs per SM,
+HBM-bound on the GPU, came out 9-25% slow (within 4% per SM).
 
 Background load stands for work the engine fast-forwarded instead of
 simulating: it arrives as a fluid over its window and is queued in FIFO
@@ -14,6 +27,12 @@ exceed the server's rate.
 from __future__ import annotations
 
 import heapq
+from collections import deque
+from heapq import heappop, heappush
+from itertools import count
+from math import inf
+
+from simpy.events import NORMAL, Timeout
 
 class Server:
     __slots__ = ("name", "free_at", "busy", "_bg", "_bg_load", "_bg_since")
@@ -93,6 +112,201 @@ class Server:
                 break
         self._bg_load, self.free_at = load, free_at
         self._bg_since = now
+
+
+class SharedServer:
+    """Processor sharing with a fluid background, at max-min fair rates.
+
+    Real requests (request()) in service each get an equal share of the
+    rate left to them (one per source; a source's later ones wait); the background -- fast-forwarded work (add_background), arriving
+    as a fluid -- counts as one requester per stream, takes what it demands
+    up to that fair share and queues the excess as a backlog, served first
+    when no real request is in flight. Rates change only when a request
+    arrives or leaves, a stream starts or ends, or the backlog empties; in
+    between, each real request's service grows at the same pace, so one
+    number (the virtual time: service every request in flight has had) and
+    each request's finishing tag (virtual time at arrival + its service)
+    say who leaves next. A request's callback gets the time it left; the
+    server wakes itself (a SimPy timeout) at the next departure."""
+
+    # Tags within this much service (seconds) of the virtual time have left:
+    # float sums of ~1e-6 s steps drift by ~1e-22 s.
+    EPSILON = 1e-18
+
+    def __init__(self, name: str, env):
+        self.name = name
+        self.env = env
+        self._queues: dict = {}     # source -> its requests behind the one in service
+        self.busy = 0.0     # seconds of service given, real and background
+        self._t = 0.0       # the state below holds at this time
+        self._v = 0.0       # virtual time: service each request in flight has had
+        self._jobs: list = []      # heap of (tag, order, callback, source) in service
+        self._order = count()
+        self._tag_sum = 0.0
+        self._bg: list[list] = []  # heap of [end, utilisation, arriving]
+        self._bg_load = 0.0        # utilisation the arriving streams demand
+        self._bg_streams = 0
+        self._backlog = 0.0        # background work arrived and not yet served
+        self._wake_at = inf
+        self._waiting_work = 0.0   # service of the requests waiting behind their source's
+
+    # -------------------------------------------------------------- public
+    def request(self, now: float, service: float, callback=None, source=None) -> None:
+        """`service` seconds of work arriving at `now`; callback(t) when it is
+        done. Requests of one `source` (an SM) are served one at a time, in
+        order, each sharing the bandwidth with other sources' while it is."""
+        self.busy += service
+        self._advance(now)
+        if source is not None:
+            queue = self._queues.get(source)
+            if queue is not None:
+                queue.append((service, callback))
+                self._waiting_work += service
+                return
+            self._queues[source] = deque()
+        tag = self._v + service
+        heappush(self._jobs, (tag, next(self._order), callback, source))
+        self._tag_sum += tag
+        self._wake()
+
+    def served_by(self, now: float) -> float:
+        """When the background that has arrived by `now` is served, at the
+        full rate: fast-forwarded work waits for its own backlog, not for
+        the real requests in flight beside it (always some on a saturated
+        HBM: waiting for those too, every ghost batch of an HBM-bound copy
+        ended late and the fast path came out 10-18% slow)."""
+        self._advance(now)
+        self._wake()
+        return now + self._backlog
+
+    def idle(self, now: float) -> bool:
+        """Nothing in flight, waiting or in the backlog at `now`."""
+        self._advance(now)
+        self._wake()
+        return not self._jobs and not self._backlog
+
+    def add_background(self, start: float, end: float, busy: float):
+        """`busy` seconds of fast-forwarded work arriving evenly over [start,
+        end] (start is the present). Returns a handle for cancel_background,
+        or None when there is nothing to cancel."""
+        if busy <= 0.0:
+            return None
+        self.busy += busy
+        self._advance(start)
+        if end <= start:
+            self._backlog += busy
+            return None
+        entry = [end, busy / (end - start), True]   # end, utilisation, still arriving
+        heappush(self._bg, entry)
+        self._bg_load += entry[1]
+        self._bg_streams += 1
+        self._wake()
+        return entry
+
+    def cancel_background(self, entry, now: float) -> None:
+        """Stop a background stream at `now`: what arrived until then stays,
+        the rest never comes (the engine re-times that work)."""
+        if entry is None or not entry[2] or entry[0] <= now:
+            return
+        self._advance(now)
+        entry[2] = False
+        self._bg_load -= entry[1]
+        self._bg_streams -= 1
+        self.busy -= entry[1] * (entry[0] - now)
+        self._wake()
+
+    # ------------------------------------------------------------ internal
+    def _rates(self) -> tuple[float, float]:
+        """(service rate of each real request, backlog growth rate) now."""
+        n, load = len(self._jobs), self._bg_load
+        streams = self._bg_streams or (1 if self._backlog > 0.0 else 0)
+        if n == 0:
+            return 0.0, load - 1.0 if (self._backlog > 0.0 or load > 1.0) else 0.0
+        fair = streams / (streams + n)          # the background's max-min share
+        if self._backlog > 0.0 or load > fair:
+            return (1.0 - fair) / n, load - fair
+        return (1.0 - load) / n, 0.0
+
+    def _next_change(self, rate: float, growth: float) -> float:
+        """Time of the next departure, stream end or emptied backlog at these rates."""
+        t = self._bg[0][0] if self._bg else inf
+        if self._jobs and rate > 0.0:
+            t = min(t, self._t + max(0.0, self._jobs[0][0] - self._v) / rate)
+        if growth < 0.0 and self._backlog > 0.0:
+            t = min(t, self._t - self._backlog / growth)
+        return t
+
+    def _advance(self, now: float) -> None:
+        """Bring the state from self._t to `now`, letting requests leave on the way."""
+        jobs, bg = self._jobs, self._bg
+        while True:
+            rate, growth = self._rates()
+            t1 = self._next_change(rate, growth)
+            if t1 > now:
+                t1 = now
+            span = t1 - self._t
+            if span > 0.0:
+                self._v += rate * span
+                backlog = self._backlog + growth * span
+                self._backlog = backlog if backlog > 1e-15 else 0.0
+                self._t = t1
+            changed = False
+            while bg and bg[0][0] <= t1:
+                ended = heappop(bg)
+                if ended[2]:
+                    self._bg_load -= ended[1]
+                    self._bg_streams -= 1
+                changed = True
+            if not bg:
+                self._bg_load, self._bg_streams = 0.0, 0
+            v = self._v + self.EPSILON + 1e-12 * self._v
+            # due: its tag reached, or its departure rounds to this instant
+            # (at t ~ 0.2 s one ulp is 3e-17 s: a step below it adds nothing)
+            while jobs and (jobs[0][0] <= v or (rate > 0.0 and self._t + (jobs[0][0] - self._v) / rate <= t1)):
+                tag, _, callback, source = heappop(jobs)
+                self._tag_sum -= tag
+                changed = True
+                if source is not None:
+                    queue = self._queues[source]
+                    if queue:
+                        service, later = queue.popleft()
+                        self._waiting_work -= service
+                        heappush(jobs, (self._v + service, next(self._order), later, source))
+                        self._tag_sum += self._v + service
+                    else:
+                        del self._queues[source]
+                if callback is not None:
+                    callback(t1)
+            if not jobs:
+                self._tag_sum = 0.0
+            if t1 >= now and not changed:
+                return
+
+    def _wake(self) -> None:
+        """Make sure the server wakes at its next departure (or at a rate
+        change before it); a wake-up that finds nothing due just advances."""
+        if not self._jobs:
+            return
+        rate, growth = self._rates()
+        t = self._next_change(rate, growth)
+        if t >= self._wake_at or t == inf:
+            return
+        self._wake_at = t
+        env = self.env
+        event = Timeout.__new__(Timeout)
+        event.env = env
+        event.callbacks = [self._on_wake]
+        event._value = None
+        event._delay = t - env._now
+        event._ok = True
+        heappush(env._queue, (t, NORMAL, next(env._eid), event))
+
+    def _on_wake(self, event) -> None:
+        now = self.env._now
+        if now >= self._wake_at:
+            self._wake_at = inf
+        self._advance(now)
+        self._wake()
 
 
 class Barrier:

@@ -54,9 +54,35 @@ def _fa2_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, n_kv, 
 
 
 @triton.jit
-def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off,
+def _timer(after):
+    """The global timer (ns), read once `after` (int32, scalar or tensor) is computed."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [after], dtype=tl.int64,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def _smid(after):
+    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [after], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def _stamp(STAMPS, slot: tl.constexpr, value, BLOCK_M: tl.constexpr):
+    """Diagnostics (experiments/fa2_stamps.py): STAMPS[cta, slot] = value (of row 0)."""
+    cta = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+    rows = tl.arange(0, BLOCK_M)
+    tl.store(STAMPS + cta * 4 + slot + rows * 0, value.to(tl.int64), mask=rows == 0)
+
+
+@triton.jit
+def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
              H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+             STAMPED: tl.constexpr = False):
+    # STAMPED (diagnostics only; compiled out otherwise): the global timer at
+    # the CTA's start, after its K/V loop and at its end, and its SM
+    if STAMPED:
+        started = _timer(tl.zeros([BLOCK_M], dtype=tl.int32) + tl.program_id(0))
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -88,25 +114,39 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off,
                                    v_ptrs + j * BLOCK_N * HEAD_DIM, j * BLOCK_N, offs_m, offs_n,
                                    n_kv, causal_off, qk_scale, True, CAUSAL, HEAD_DIM)
 
+    if STAMPED:
+        # read once the last block's row sums exist (its P·V product may still run)
+        looped = _timer(l_i.to(tl.int32, bitcast=True))
     store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
+    if STAMPED:
+        ended = _timer(l_i.to(tl.int32, bitcast=True))
+        _stamp(STAMPS, 0, started, BLOCK_M)
+        _stamp(STAMPS, 1, looped, BLOCK_M)
+        _stamp(STAMPS, 2, ended, BLOCK_M)
+        _stamp(STAMPS, 3, _smid(offs_m), BLOCK_M)
 
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
-            return_lse=False):
+            return_lse=False, stamps=None):
     """O = softmax(scale·QKᵀ [causal mask]) V with FlashAttention-2's schedule.
 
     q [B,H,Nq,D], k/v [B,KVH,Nkv,D] contiguous bf16/fp16. Returns O in q's
-    dtype, and LSE [B,H,Nq] fp32 (natural log) when return_lse."""
+    dtype, and LSE [B,H,Nq] fp32 (natural log) when return_lse. `stamps`, an
+    int64 tensor [CTAs, 4] (diagnostics), receives per CTA in launch order
+    the global timer (ns) at start, after the K/V loop and at the end, and its SM."""
     problem = problem_of(q, k, v, causal)
     cfg = resolve_config("fa2", problem, config, q.device)
     scale = resolve_scale(sm_scale, problem.head_dim)
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     grid = (cdiv(problem.seqlen_q, cfg.block_m), problem.batch * problem.heads)
+    if stamps is not None and tuple(stamps.shape) != (grid[0] * grid[1], 4):
+        raise ValueError(f"stamps must have shape ({grid[0] * grid[1]}, 4) (CTAs, 4), got {tuple(stamps.shape)}")
     launch(_fa2_fwd[grid], q, k, v, o, lse, scale * LOG2E, problem.seqlen_q, problem.seqlen_kv,
-           problem.causal_offset, H=problem.heads, GROUP=problem.group_size,
-           HEAD_DIM=problem.head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-           CAUSAL=problem.causal, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+           problem.causal_offset, stamps if stamps is not None else lse, H=problem.heads,
+           GROUP=problem.group_size, HEAD_DIM=problem.head_dim, BLOCK_M=cfg.block_m,
+           BLOCK_N=cfg.block_n, CAUSAL=problem.causal, STAMPED=stamps is not None,
+           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return (o, lse) if return_lse else o
 
 
@@ -127,7 +167,7 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
 
     dt = {"bf16": "*bf16", "fp16": "*fp16"}[problem.dtype]
     sig = {"Q": dt, "K": dt, "V": dt, "O": dt, "LSE": "*fp32", "qk_scale": "fp32",
-           "n_q": "i32", "n_kv": "i32", "causal_off": "i32",
+           "n_q": "i32", "n_kv": "i32", "causal_off": "i32", "STAMPS": "*fp32",
            "H": "constexpr", "GROUP": "constexpr", "HEAD_DIM": "constexpr",
            "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "CAUSAL": "constexpr"}
     consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": problem.head_dim,

@@ -1,0 +1,185 @@
+"""Where a fa2 CTA's time goes on the GPU, beside the engine's replay of it.
+
+A diagnostic, not a calibration: nothing here feeds a profile (attention
+timings validate the model, they never tune it). The fa2 kernel, launched
+with `stamps=`, records per CTA the global timer at its start, after its K/V
+loop and at its end, and its SM (kernels/fa2.py, STAMPED; compiled out
+otherwise). The engine replays the same launch in full (fast=False) and its
+CTA slices give the same three phases.
+
+  GPU:  PYTHONPATH=. python experiments/fa2_stamps.py measure --out $OUT/fa2_stamps_h100.csv
+  CPU:  PYTHONPATH=. python experiments/fa2_stamps.py compare \
+            --measured experiments/results/fa2_stamps_h100.csv
+
+`measure` writes one row per (case, CTA) of the last of 3 stamped runs, plus
+the kernel's do_bench time with and without stamps; `compare` prints, per
+case, the median CTA phases measured and predicted.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from algorithms.problem import AttentionProblem, TileConfig  # noqa: E402
+
+TOKENS = 16384
+HIDDEN = 2048
+# (seqlen, head_dim, causal, block_m, block_n, warps, stages): the measured best
+# configs of N = 512 and 16384 shapes (experiments/results/validation_h100.csv)
+CASES = [
+    (512, 128, False, 128, 64, 8, 3),
+    (512, 64, False, 64, 64, 4, 3),
+    (512, 128, True, 64, 32, 4, 3),
+    (16384, 128, False, 128, 64, 8, 3),
+]
+FIELDS = ("case", "cta", "sm", "start_ns", "looped_ns", "end_ns", "kernel_us", "kernel_stamped_us",
+          "gpu", "git_commit", "date", "command")
+
+
+def case_name(case) -> str:
+    n, d, causal, bm, bn, w, s = case
+    return f"N{n}_D{d}_c{int(causal)}_{bm}x{bn}w{w}s{s}"
+
+
+def problem_config(case):
+    n, d, causal, bm, bn, w, s = case
+    problem = AttentionProblem(batch=TOKENS // n, heads=HIDDEN // d, seqlen_q=n, head_dim=d,
+                               causal=causal)
+    return problem, TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s)
+
+
+def cmd_measure(args) -> int:
+    import torch
+    import triton
+
+    from kernels import fa2
+    from kernels.common import make_inputs
+    from kernels.provenance import provenance, write_csv_atomic
+
+    if not torch.cuda.is_available():
+        print("fa2_stamps measure: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    prov = provenance(" ".join(["python experiments/fa2_stamps.py"] + sys.argv[1:]))
+    rows = []
+    for case in CASES:
+        problem, cfg = problem_config(case)
+        q, k, v = make_inputs(problem.batch, problem.heads, problem.seqlen_q, problem.head_dim)
+        ctas = -(-problem.seqlen_q // cfg.block_m) * problem.batch * problem.heads
+        stamps = torch.zeros(ctas, 4, dtype=torch.int64, device="cuda")
+        plain = triton.testing.do_bench(lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg))
+        stamped = triton.testing.do_bench(
+            lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg, stamps=stamps))
+        for _ in range(3):
+            fa2.forward(q, k, v, causal=problem.causal, config=cfg, stamps=stamps)
+        torch.cuda.synchronize()
+        s = stamps.cpu().tolist()
+        t0 = min(r[0] for r in s)
+        for i, (start, looped, end, sm) in enumerate(s):
+            rows.append({"case": case_name(case), "cta": i, "sm": sm, "start_ns": start - t0,
+                         "looped_ns": looped - t0, "end_ns": end - t0,
+                         "kernel_us": round(plain * 1e3, 2), "kernel_stamped_us": round(stamped * 1e3, 2),
+                         "gpu": prov.get("gpu", ""), "git_commit": prov.get("git_commit", ""),
+                         "date": prov.get("date", ""), "command": prov.get("command", "")})
+        print(f"{case_name(case)}: {plain * 1e3:.1f} us ({stamped * 1e3:.1f} us stamped), {ctas} CTAs",
+              flush=True)
+    write_csv_atomic(args.out, rows, FIELDS)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def phases(ctas):
+    """Medians (µs) of a CTA's phases from (sm, start, looped, end) in seconds or ns-scaled
+    units: start->looped, looped->end, whole CTA, and the gap from a CTA's end to the
+    next start on its SM; plus the span of the launch."""
+    by_sm: dict = {}
+    for sm, start, looped, end in ctas:
+        by_sm.setdefault(sm, []).append((start, end))
+    gaps = []
+    for spans in by_sm.values():
+        spans.sort()
+        gaps += [b[0] - a[1] for a, b in zip(spans, spans[1:]) if b[0] >= a[1]]
+    med = statistics.median
+    return {"loop_us": med(lo - st for _, st, lo, _ in ctas),
+            "epilogue_us": med(en - lo for _, _, lo, en in ctas),
+            "cta_us": med(en - st for _, st, _, en in ctas),
+            "gap_us": med(gaps) if gaps else float("nan"),
+            "span_us": max(en for *_, en in ctas) - min(st for _, st, _, _ in ctas)}
+
+
+class _CtaTracer:
+    """Engine tracer keeping each CTA's SM, start and end."""
+
+    max_sms = 10 ** 9
+
+    def __init__(self):
+        self.ctas: list = []
+
+    def slice(self, sm, track, label, start, end):
+        if track == "ctas" and "#" in label:
+            self.ctas.append((sm, start * 1e6, None, end * 1e6))
+
+
+def predicted_phases(case, profile: str):
+    """The engine's launch time and CTA phases (full simulation; its CTAs have
+    no loop-end mark, so only the whole CTA and the gaps)."""
+    import algorithms
+    from gpusim.engine import simulate
+    from gpusim.profile import load_profile
+
+    problem, cfg = problem_config(case)
+    tracer = _CtaTracer()
+    result = simulate(algorithms.build("fa2", problem, cfg), load_profile(profile), fast=False,
+                      tracer=tracer)
+    ctas = [(sm, start, start, end) for sm, start, _, end in tracer.ctas]
+    return result.runtime_s * 1e6, phases(ctas)
+
+
+def cmd_compare(args) -> int:
+    by_case: dict = {}
+    kernel: dict = {}
+    try:
+        with open(args.measured) as f:
+            for r in csv.DictReader(f):
+                by_case.setdefault(r["case"], []).append(
+                    (int(r["sm"]), int(r["start_ns"]) / 1e3, int(r["looped_ns"]) / 1e3, int(r["end_ns"]) / 1e3))
+                kernel[r["case"]] = (float(r["kernel_us"]), float(r["kernel_stamped_us"]))
+    except (OSError, KeyError, ValueError) as e:
+        print(f"fa2_stamps compare: cannot read {args.measured}: {e}", file=sys.stderr)
+        return 2
+    print("| case | kernel µs (stamped) | engine µs | CTA µs meas / pred | start→loop end (meas) "
+          "| loop end→CTA end (meas) | gap to next CTA on the SM meas / pred | span µs meas / pred |")
+    print("|---|---|---|---|---|---|---|---|")
+    for case in CASES:
+        name = case_name(case)
+        if name not in by_case:
+            continue
+        m = phases(by_case[name])
+        runtime, p = predicted_phases(case, args.profile)
+        print(f"| {name} | {kernel[name][0]:.1f} ({kernel[name][1]:.1f}) | {runtime:.1f} | "
+              f"{m['cta_us']:.2f} / {p['cta_us']:.2f} | {m['loop_us']:.2f} | {m['epilogue_us']:.2f} | "
+              f"{m['gap_us']:.2f} / {p['gap_us']:.2f} | {m['span_us']:.1f} / {p['span_us']:.1f} |",
+              flush=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("measure", help="GPU: stamp every CTA of the cases")
+    p.add_argument("--out", default="experiments/results/fa2_stamps_h100.csv")
+    p.set_defaults(func=cmd_measure)
+    p = sub.add_parser("compare", help="CPU: measured CTA phases beside the engine's")
+    p.add_argument("--measured", default="experiments/results/fa2_stamps_h100.csv")
+    p.add_argument("--profile", default="h100")
+    p.set_defaults(func=cmd_compare)
+    args = ap.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

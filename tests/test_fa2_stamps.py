@@ -1,0 +1,46 @@
+"""experiments/fa2_stamps.py: the phase arithmetic, bad input, and (GPU) the stamps themselves."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "experiments"))
+import fa2_stamps  # noqa: E402
+
+
+def test_phases_from_two_ctas_on_one_sm_and_one_on_another():
+    ctas = [(0, 0.0, 3.0, 4.0), (0, 4.5, 7.0, 8.0), (1, 0.0, 2.0, 6.0)]
+    got = fa2_stamps.phases(ctas)
+    assert got["loop_us"] == pytest.approx(2.5)       # median of 3, 2.5, 2
+    assert got["epilogue_us"] == pytest.approx(1.0)   # median of 1, 1, 4
+    assert got["cta_us"] == pytest.approx(4.0)        # median of 4, 3.5, 6
+    assert got["gap_us"] == pytest.approx(0.5)        # SM 0: 4.0 -> 4.5
+    assert got["span_us"] == pytest.approx(8.0)
+
+
+def test_compare_rejects_a_file_without_the_columns(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("case,cta\nx,1\n")
+    assert fa2_stamps.main(["compare", "--measured", str(bad)]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_stamps_are_ordered_and_name_real_sms():
+    import torch
+
+    from kernels import fa2
+    from kernels.common import make_inputs
+
+    problem, cfg = fa2_stamps.problem_config((512, 64, False, 64, 64, 4, 3))
+    q, k, v = make_inputs(2, 4, 512, 64)
+    stamps = torch.zeros(8 * 8, 4, dtype=torch.int64, device="cuda")
+    out = fa2.forward(q, k, v, config=cfg, stamps=stamps)
+    ref = fa2.forward(q, k, v, config=cfg)
+    torch.cuda.synchronize()
+    s = stamps.cpu()
+    assert torch.equal(out, ref)                       # the stamps change nothing computed
+    assert bool((s[:, 0] > 0).all() and (s[:, 0] <= s[:, 1]).all() and (s[:, 1] <= s[:, 2]).all())
+    assert bool((s[:, 3] >= 0).all() and (s[:, 3] < torch.cuda.get_device_properties(0).multi_processor_count).all())
+    with pytest.raises(ValueError, match="stamps must have shape"):
+        fa2.forward(q, k, v, config=cfg, stamps=stamps[:3])

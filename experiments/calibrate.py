@@ -376,6 +376,20 @@ def triton_kernels():
         tl.store(OUT + pid * BLOCK + offs, acc)
 
     @triton.jit
+    def l2_write(Y, nblocks, iters, BLOCK: tl.constexpr, UNROLL: tl.constexpr):
+        # UNROLL BLOCK-wide stores per step into an L2-resident set: the write
+        # path from the SMs into L2 (write-back: the lines never leave L2)
+        pid = tl.program_id(0)
+        nprog = tl.num_programs(0)
+        offs = tl.arange(0, BLOCK)
+        val = offs.to(tl.float32)
+        for i in range(iters):
+            base = (pid + i * nprog) * UNROLL
+            for u in tl.static_range(UNROLL):
+                b = ((base + u) % nblocks).to(tl.int64)
+                tl.store(Y + b * BLOCK + offs, val + i)
+
+    @triton.jit
     def tile(P, ROWS: tl.constexpr, COLS: tl.constexpr):
         # the [ROWS, COLS] row-major operand tile at P, loaded once into registers
         return tl.load(P + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :])
@@ -504,7 +518,7 @@ def triton_kernels():
     def empty():
         pass
 
-    return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, l2_read=l2_read,
+    return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, l2_read=l2_read, l2_write=l2_write,
                 dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, dot_chain=dot_chain,
                 exp2_loop=exp2_loop, empty=empty)
 
@@ -582,6 +596,15 @@ def cmd_check(args) -> int:
         s = _sass_ops(f.name, cuobjdump)
     loads = re.findall(r"LDG[\w.]*", s)
     print(f"triton l2_read: {len(loads)} loads {sorted(set(loads))}")
+    c = build(kernels["l2_write"], {"Y": "*fp32", "nblocks": "i32", "iters": "i32",
+                                    "BLOCK": "constexpr", "UNROLL": "constexpr"},
+              {"BLOCK": 2048, "UNROLL": 4})
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(c.asm["cubin"])
+        f.flush()
+        s = _sass_ops(f.name, cuobjdump)
+    stores = re.findall(r"STG[\w.]*", s)
+    print(f"triton l2_write: {len(stores)} stores {sorted(set(stores))}")
     return 0 if ok else 1
 
 
@@ -806,6 +829,42 @@ def bench_l2(r: Runner, K):
               detail=f"one CTA ({warps} warps, {block * unroll * 4 // 1024} KB of loads in flight per step) "
                      f"re-reading a 4 MB L2-resident set with ld.global.cg: {bw / 1e9:.1f} GB/s at the NVML clock")
     del big
+
+
+def bench_l2_store(r: Runner, K):
+    """Stores into an L2-resident set: one CTA alone (the SM's write path to
+    L2, l2_sm_store) and four CTAs per SM (L2's write bandwidth)."""
+    torch = r.torch
+    ws = 4 << 20
+    y = torch.empty(ws // 4, device="cuda", dtype=torch.float32)
+    for block, unroll, warps in ((4096, 4, 32), (4096, 8, 32), (2048, 8, 16), (1024, 8, 8)):
+        nblocks = ws // (block * 4)
+        steps = (256 << 20) // (block * unroll * 4)
+
+        def fn1():
+            K["l2_write"][(1,)](y, nblocks, steps, BLOCK=block, UNROLL=unroll, num_warps=warps)
+
+        with r.sampler() as s:
+            ms = r.event_loop(fn1, n=5)
+        bw = steps * unroll * block * 4 / (ms * 1e-3)
+        r.add("l2_sm_store", f"1cta_{warps}warps_{block * unroll * 4 // 1024}KB",
+              bw / ((s.mhz or float("nan")) * 1e6), "B/clk/SM", s.mhz,
+              detail=f"one CTA ({warps} warps, {block * unroll * 4 // 1024} KB of stores per step) "
+                     f"writing a 4 MB L2-resident set (st.global, 16 B per thread per store): "
+                     f"{bw / 1e9:.1f} GB/s at the NVML clock")
+    block, unroll = 2048, 4
+    grid = r.sms * 4
+    nblocks = ws // (block * 4)
+    steps = max(2, (4 << 30) // (grid * unroll * block * 4))
+
+    def fn():
+        K["l2_write"][(grid,)](y, nblocks, steps, BLOCK=block, UNROLL=unroll, num_warps=8)
+
+    with r.sampler() as s:
+        ms = r.event_loop(fn, n=5)
+    bw = steps * grid * unroll * block * 4 / (ms * 1e-3)
+    r.add("l2_write_bandwidth", "4MB", bw / 1e9, "GB/s", s.mhz,
+          detail=f"{grid} CTAs (8 warps) writing a 4 MB L2-resident set, {ms * 1e3:.0f} us per launch")
 
 
 def _dot_tflops(r: Runner, K, dt: str):
@@ -1299,6 +1358,7 @@ def cmd_run(args) -> int:
         r.add("cuda_build", "nvcc", "nan", "", detail=f"failed: {str(e)[:300]}")
     steps = [("device", lambda: bench_device(r)), ("hbm", lambda: bench_hbm(r, K)),
              ("l2", lambda: bench_l2(r, K)),
+             ("l2_store", lambda: bench_l2_store(r, K)),
              ("wgmma", lambda: [_dot_tflops(r, K, dt) for dt in ("bf16", "fp16", "fp8")]),
              ("wgmma_shapes", lambda: bench_wgmma_shapes(r, K)),
              ("dot_exp_overlap", lambda: bench_dot_exp_overlap(r, K)),
@@ -1694,7 +1754,8 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,l2,wgmma,cuda,"
-                                              "wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,exp2_triton,latency,launch")
+                                              "l2_store,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,exp2_triton,latency,"
+                                              "launch,cta_cycle,cta_stamps")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("check", help="compile every microkernel for sm_90 here and show its SASS")
     p.set_defaults(func=cmd_check)

@@ -1528,7 +1528,8 @@ def mapping(rows):
     def cite(what, row, clock=None):
         clk = clock or (row or {}).get("clock_mhz_kernel") or (row or {}).get("clock_mhz_nvml") or "?"
         command = (row or {}).get("command") or cmd
-        return (f"our microbenchmark, {date}, `{command}`, {gpu_desc}, SM clock {clk} MHz read during the run: "
+        when = ((row or {}).get("date") or "")[:10] or date
+        return (f"our microbenchmark, {when}, `{command}`, {gpu_desc}, SM clock {clk} MHz read during the run: "
                 f"{what} (experiments/results/calibration_h100.csv)")
 
     # device query
@@ -1629,6 +1630,13 @@ def mapping(rows):
         out[("l2", "sm_port_bytes_per_clk")] = (round(v, 1), cite(
             f"a single CTA re-reading a 4 MB L2-resident set (ld.global.cg), best of the single-CTA probes in the CSV "
             f"= {v:.1f} B/clk at the NVML clock", row, row.get("clock_mhz_nvml")))
+    store = [(float(r["value"]), r) for r in rows if r["bench"] == "l2_sm_store"
+             and _val(rows, "l2_sm_store", r["param"])[0]]
+    if store:
+        v, row = max(store, key=lambda t: t[0])
+        out[("l2", "sm_store_bytes_per_clk")] = (round(v, 1), cite(
+            f"a single CTA storing into a 4 MB L2-resident set (STG.E.128), best of the single-CTA probes in "
+            f"the CSV = {v:.1f} B/clk at the NVML clock", row, row.get("clock_mhz_nvml")))
     v, row = _val(rows, "latency", "plain_l2")
     if v:
         out[("l2", "hit_latency_cycles")] = (round(v, 0), cite(

@@ -341,10 +341,10 @@ class Engine:
         now = self.env.now
         return self.env.timeout(done - now) if done > now else None
 
-    def _count_transfer(self, role: _Role, nbytes: int) -> None:
-        mem, c = self.mem, role.c
-        c[PORT] += nbytes * mem.port_s_per_byte
-        c[L2] += nbytes * mem.l2_s_per_byte
+    def _count_transfer(self, role: _Role, nbytes: int, port_s_per_byte: float) -> None:
+        c = role.c
+        c[PORT] += nbytes * port_s_per_byte
+        c[L2] += nbytes * self.mem.l2_s_per_byte
 
     def _load(self, op: Load, role, cta):
         env = self.env
@@ -381,7 +381,7 @@ class Engine:
         hit = mem.load(now, cta.sm.port, op.tile, nbytes, arrived)
         c = role.c
         c[REQ] += nbytes
-        self._count_transfer(role, nbytes)
+        self._count_transfer(role, nbytes, mem.port_s_per_byte)
         if not hit:
             c[MISS] += nbytes
             c[HBM] += nbytes * mem.hbm_s_per_byte
@@ -395,7 +395,7 @@ class Engine:
         cta.stores += 1
         self.mem.store(self.env.now, cta.sm.port, op.tile, op.nbytes, cta.stored)
         role.c[SCRATCH if op.tile.tensor in self.mem.scratch else STORE] += op.nbytes
-        self._count_transfer(role, op.nbytes)
+        self._count_transfer(role, op.nbytes, self.mem.store_s_per_byte)
         return None
 
     def _arrive(self, op: Arrive, role, cta):

@@ -60,6 +60,8 @@ class MemorySystem:
         self.l2_s_per_byte = 1.0 / (gpu.l2.bandwidth_gbps * 1e9)
         self.hbm_s_per_byte = 1.0 / (gpu.hbm.sustained_bandwidth_gbps * 1e9)
         self.port_s_per_byte = 1.0 / (gpu.l2.sm_port_bytes_per_clk * clock)
+        # an SM writes to L2 at half the rate it reads (calibrate.py l2_store: 31 against 59-103 B/clk)
+        self.store_s_per_byte = 1.0 / (gpu.l2.sm_store_bytes_per_clk * clock)
         self.l2_latency = gpu.l2.hit_latency_cycles / clock
         self.dram_latency = gpu.hbm.latency_cycles / clock
         # tile -> [nbytes, ready, dirty, launch]; ready is the time the tile
@@ -151,7 +153,7 @@ class MemorySystem:
     def store(self, now: float, port: Server, tile, nbytes: int, then) -> None:
         """A tile written back to global memory through L2; then(t) learns
         when the SM is done with it."""
-        t_port = port.serve(now, nbytes * self.port_s_per_byte)
+        t_port = port.serve(now, nbytes * self.store_s_per_byte)
         self._write_tile(now, tile, nbytes)
         self.l2.request(now, nbytes * self.l2_s_per_byte,
                         lambda t: then(t if t > t_port else t_port), port)

@@ -20,9 +20,10 @@ left HBM idle between their bursts: copy rounds at 2 and 4 CTAs per SM,
 HBM-bound on the GPU, came out 9-25% slow (within 4% per SM).
 
 Background load stands for work the engine fast-forwarded instead of
-simulating: it arrives as a fluid over its window and is queued in FIFO
-order with the real requests, so it delays them only when the two together
-exceed the server's rate.
+simulating: it arrives as a fluid over its window. A Server queues it in
+FIFO order with the real requests, so it delays them only when the two
+together exceed the server's rate; a SharedServer gives it its max-min
+share beside them.
 """
 from __future__ import annotations
 
@@ -118,8 +119,9 @@ class SharedServer:
     """Processor sharing with a fluid background, at max-min fair rates.
 
     Real requests (request()) in service each get an equal share of the
-    rate left to them (one per source; a source's later ones wait); the background -- fast-forwarded work (add_background), arriving
-    as a fluid -- counts as one requester per stream, takes what it demands
+    rate left to them (one per source; a source's later ones wait); the
+    background -- fast-forwarded work (add_background), arriving as a
+    fluid -- counts as one requester per stream, takes what it demands
     up to that fair share and queues the excess as a backlog, served first
     when no real request is in flight. Rates change only when a request
     arrives or leaves, a stream starts or ends, or the backlog empties; in
@@ -142,13 +144,11 @@ class SharedServer:
         self._v = 0.0       # virtual time: service each request in flight has had
         self._jobs: list = []      # heap of (tag, order, callback, source) in service
         self._order = count()
-        self._tag_sum = 0.0
         self._bg: list[list] = []  # heap of [end, utilisation, arriving]
         self._bg_load = 0.0        # utilisation the arriving streams demand
         self._bg_streams = 0
         self._backlog = 0.0        # background work arrived and not yet served
         self._wake_at = inf
-        self._waiting_work = 0.0   # service of the requests waiting behind their source's
 
     # -------------------------------------------------------------- public
     def request(self, now: float, service: float, callback=None, source=None) -> None:
@@ -161,12 +161,10 @@ class SharedServer:
             queue = self._queues.get(source)
             if queue is not None:
                 queue.append((service, callback))
-                self._waiting_work += service
                 return
             self._queues[source] = deque()
         tag = self._v + service
         heappush(self._jobs, (tag, next(self._order), callback, source))
-        self._tag_sum += tag
         self._wake()
 
     def served_by(self, now: float) -> float:
@@ -263,22 +261,17 @@ class SharedServer:
             # due: its tag reached, or its departure rounds to this instant
             # (at t ~ 0.2 s one ulp is 3e-17 s: a step below it adds nothing)
             while jobs and (jobs[0][0] <= v or (rate > 0.0 and self._t + (jobs[0][0] - self._v) / rate <= t1)):
-                tag, _, callback, source = heappop(jobs)
-                self._tag_sum -= tag
+                _, _, callback, source = heappop(jobs)
                 changed = True
                 if source is not None:
                     queue = self._queues[source]
                     if queue:
                         service, later = queue.popleft()
-                        self._waiting_work -= service
                         heappush(jobs, (self._v + service, next(self._order), later, source))
-                        self._tag_sum += self._v + service
                     else:
                         del self._queues[source]
                 if callback is not None:
                     callback(t1)
-            if not jobs:
-                self._tag_sum = 0.0
             if t1 >= now and not changed:
                 return
 

@@ -310,3 +310,26 @@ def test_register_spills_stay_in_l2():
     for fast in (True, False):
         result = simulate(schedule, H100, fast=fast)
         assert result.hbm_write_bytes <= compulsory * 1.01, (fast, result.hbm_write_bytes, compulsory)
+
+
+def test_stores_leave_the_sm_at_its_write_rate():
+    """One CTA storing 1 MB alone: its time is the bytes over the SM's write
+    path to L2 (l2.sm_store_bytes_per_clk, calibrate.py l2_store), not over the
+    read port; halving the key doubles that part."""
+    from algorithms.ops import Store, Tile
+    from algorithms.schedule import CtaProgram, Launch, Role, Schedule
+
+    nbytes = 1 << 20
+    program = CtaProgram((Role("threads", 8, tuple(Store(Tile("Y", 0, 0, j), 16384)
+                                                   for j in range(nbytes // 16384))),))
+    launch = Launch("stores", 1, 256, 0, 32, lambda cta: program,
+                    classes=lambda: [(0, 1)], cost_key=lambda cta: 0)
+    schedule = Schedule("stores", AttentionProblem(batch=1, heads=1, seqlen_q=128, head_dim=64),
+                        None, (launch,), {})
+    fixed = H100.launch.kernel_launch_us * 1e-6 + H100.launch.cta_turnover_cycles / H100.clock_hz
+    write_s = nbytes / (H100.l2.sm_store_bytes_per_clk * H100.clock_hz)
+    assert H100.l2.sm_store_bytes_per_clk < H100.l2.sm_port_bytes_per_clk
+    got = simulate(schedule, H100).runtime_s - fixed
+    assert got == pytest.approx(write_s, rel=0.02)
+    slow = profile_with(**{"l2.sm_store_bytes_per_clk": H100.l2.sm_store_bytes_per_clk / 2})
+    assert simulate(schedule, slow).runtime_s - fixed == pytest.approx(2 * write_s, rel=0.02)

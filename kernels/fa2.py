@@ -140,8 +140,10 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     grid = (cdiv(problem.seqlen_q, cfg.block_m), problem.batch * problem.heads)
-    if stamps is not None and tuple(stamps.shape) != (grid[0] * grid[1], 4):
-        raise ValueError(f"stamps must have shape ({grid[0] * grid[1]}, 4) (CTAs, 4), got {tuple(stamps.shape)}")
+    if stamps is not None and (tuple(stamps.shape) != (grid[0] * grid[1], 4) or stamps.dtype != torch.int64
+                               or stamps.device != q.device):
+        raise ValueError(f"stamps must be an int64 tensor of shape ({grid[0] * grid[1]}, 4) (CTAs, 4) on "
+                         f"{q.device}, got {stamps.dtype} {tuple(stamps.shape)} on {stamps.device}")
     launch(_fa2_fwd[grid], q, k, v, o, lse, scale * LOG2E, problem.seqlen_q, problem.seqlen_kv,
            problem.causal_offset, stamps if stamps is not None else lse, H=problem.heads,
            GROUP=problem.group_size, HEAD_DIM=problem.head_dim, BLOCK_M=cfg.block_m,

@@ -42,5 +42,7 @@ def test_stamps_are_ordered_and_name_real_sms():
     assert torch.equal(out, ref)                       # the stamps change nothing computed
     assert bool((s[:, 0] > 0).all() and (s[:, 0] <= s[:, 1]).all() and (s[:, 1] <= s[:, 2]).all())
     assert bool((s[:, 3] >= 0).all() and (s[:, 3] < torch.cuda.get_device_properties(0).multi_processor_count).all())
-    with pytest.raises(ValueError, match="stamps must have shape"):
+    with pytest.raises(ValueError, match="stamps must be an int64 tensor"):
         fa2.forward(q, k, v, config=cfg, stamps=stamps[:3])
+    with pytest.raises(ValueError, match="stamps must be an int64 tensor"):
+        fa2.forward(q, k, v, config=cfg, stamps=stamps.float())

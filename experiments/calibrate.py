@@ -564,16 +564,19 @@ def cmd_check(args) -> int:
         src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
         return triton.compile(src, target=target, options={"num_warps": warps, "num_stages": stages})
 
+    def sass_of(compiled) -> str:
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(compiled.asm["cubin"])
+            f.flush()
+            return _sass_ops(f.name, cuobjdump)
+
     for dt, (bm, bn, bk) in DOT_SHAPES.items():
         tdt = {"bf16": "*bf16", "fp16": "*fp16", "fp8": "*fp8e4nv"}[dt]
         c = build(kernels["dot_shape"], {"A": tdt, "B": tdt, "C": "*fp32", "iters": "i32",
                                          "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
                                          "A_IN_REGS": "constexpr"},
                   {"BM": bm, "BN": bn, "BK": bk, "A_IN_REGS": False}, warps=DOT_WARPS)
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(c.asm["cubin"])
-            f.flush()
-            s = _sass_ops(f.name, cuobjdump)
+        s = sass_of(c)
         mma = re.findall(r"\b([HQ]GMMA\.[\w.]+|HMMA\.[\w.]+)", s)
         has = any(m.startswith(("HGMMA", "QGMMA")) for m in mma)
         ok &= has
@@ -581,30 +584,15 @@ def cmd_check(args) -> int:
               f"{sorted(set(mma))[:4]}, smem {c.metadata.shared} B; wgmma={'yes' if has else 'NO'}")
     c = build(kernels["exp2_loop"], {"OUT": "*fp32", "iters": "i32", "BLOCK": "constexpr"},
               {"BLOCK": 1024}, warps=4)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(c.asm["cubin"])
-        f.flush()
-        s = _sass_ops(f.name, cuobjdump)
+    s = sass_of(c)
     n_mufu, n_fix = len(re.findall("MUFU.EX2", s)), len(re.findall(r"FMUL|FSETP|FSEL", s))
     print(f"triton exp2_loop: MUFU.EX2 x{n_mufu}, other FP ops {n_fix}")
-    c = build(kernels["l2_read"], {"X": "*fp32", "OUT": "*fp32", "nblocks": "i32", "iters": "i32",
-                                   "BLOCK": "constexpr", "UNROLL": "constexpr"},
-              {"BLOCK": 2048, "UNROLL": 4})
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(c.asm["cubin"])
-        f.flush()
-        s = _sass_ops(f.name, cuobjdump)
-    loads = re.findall(r"LDG[\w.]*", s)
-    print(f"triton l2_read: {len(loads)} loads {sorted(set(loads))}")
-    c = build(kernels["l2_write"], {"Y": "*fp32", "nblocks": "i32", "iters": "i32",
-                                    "BLOCK": "constexpr", "UNROLL": "constexpr"},
-              {"BLOCK": 2048, "UNROLL": 4})
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(c.asm["cubin"])
-        f.flush()
-        s = _sass_ops(f.name, cuobjdump)
-    stores = re.findall(r"STG[\w.]*", s)
-    print(f"triton l2_write: {len(stores)} stores {sorted(set(stores))}")
+    unrolled = {"nblocks": "i32", "iters": "i32", "BLOCK": "constexpr", "UNROLL": "constexpr"}
+    for name, pointers, op, what in (("l2_read", {"X": "*fp32", "OUT": "*fp32"}, "LDG", "loads"),
+                                     ("l2_write", {"Y": "*fp32"}, "STG", "stores")):
+        found = re.findall(op + r"[\w.]*", sass_of(build(kernels[name], {**pointers, **unrolled},
+                                                          {"BLOCK": 2048, "UNROLL": 4})))
+        print(f"triton {name}: {len(found)} {what} {sorted(set(found))}")
     return 0 if ok else 1
 
 

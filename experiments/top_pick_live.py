@@ -25,10 +25,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from algorithms.errors import ResultsFileError  # noqa: E402
+from experiments.top_pick import BAR_PCT, RESULTS  # noqa: E402
 
-RESULTS = ROOT / "experiments" / "results"
 PICKS = RESULTS / "top_pick_h100.csv"
-BAR_PCT = 5.0   # issue 6: the pick within 5% of the best config
 
 
 def _read(path) -> list[dict]:
@@ -63,8 +62,9 @@ def plan(picks_path) -> str:
 
 def analyse(picks_path, live_path) -> tuple[list[dict], str]:
     picks = {_shape(r): r for r in _read(picks_path)}
+    live_rows = _read(live_path)
     live: dict[tuple, dict[str, float]] = {}
-    for r in _read(live_path):
+    for r in live_rows:
         if r.get("status") == "ok" and r["kernel"].startswith("fa2@"):
             live.setdefault(_shape(r), {})[r["config"]] = float(r["ms"])
     rows = []
@@ -82,7 +82,7 @@ def analyse(picks_path, live_path) -> tuple[list[dict], str]:
         raise ResultsFileError(f"{live_path} has no ok fa2 row for a pick of {picks_path}")
     losses = [r["loss_pct"] for r in rows]
     within = sum(x <= BAR_PCT for x in losses)
-    any_row = _read(live_path)[0]
+    any_row = live_rows[0]
     lines = [
         "# The explorer's fa2 picks, run live on the GPU",
         "",

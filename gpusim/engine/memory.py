@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from algorithms.ops import Store
+
 from .servers import Server, SharedServer
 
 # L2 counts as full above this share of its capacity, and as rid of an earlier
@@ -123,8 +125,8 @@ class MemorySystem:
         return False
 
     def touch(self, now: float, until: float, accesses) -> int:
-        """Fast-forwarded loads and stores, (tile, nbytes, is_store) in
-        program order, pass through L2 untimed (their time is extrapolated):
+        """Fast-forwarded loads and stores (Load and Store ops) in program
+        order pass through L2 untimed (their time is extrapolated):
         hits refresh their tiles, misses insert them, stores dirty them, as
         real ones would -- so the CTAs beside them find the tiles they share
         (FA2's K/V) instead of an anonymous pollution. Write-backs they cause
@@ -133,11 +135,12 @@ class MemorySystem:
         self._spread_until = until
         try:
             lines = self.lines
-            for tile, nbytes, is_store in accesses:
-                line = lines.get(tile)
-                if is_store:
+            for op in accesses:
+                tile, nbytes = op.tile, op.nbytes
+                if op.__class__ is Store:
                     self._write_tile(now, tile, nbytes)
                     continue
+                line = lines.get(tile)
                 self.requested += nbytes
                 if line is not None:
                     lines.move_to_end(tile)

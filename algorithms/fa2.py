@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from .compiled import fa2_spills
-from .ops import Alu, Exp, Load, Mma, StepLatency, Store, Tile
+from .ops import Alu, Exp, Load, Mma, MmaWait, StepLatency, Store, Tile
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule, TensorSpec,
                        head_layout, pipelined_loop, plain_load)
@@ -103,16 +103,24 @@ def step_ops(dtype: str, mma: str, rows: int, block_n: int, head_dim: int, repli
     """One warpgroup's share of a K/V step: its `rows` of S = Q Kᵀ (Q from
     SMEM), the online softmax on them, the chain's latency, and O += P V (P
     in registers) over its share of the head dim (all of it unless
-    `replicas` warpgroups compute the same rows of S; warpgroup_replicas)."""
+    `replicas` warpgroups compute the same rows of S; warpgroup_replicas).
+
+    Both products are issued asynchronously, as Triton 3.6 compiles the
+    kernel for sm_90 (TTGIR: warp_group_dot, warp_group_dot_wait
+    {pendings = 0} right after Q Kᵀ, P V left running): the wait after
+    the next step's Q Kᵀ also waits for this step's P V, which meanwhile
+    overlaps the next step's wait for its K/V tiles. On GPUs without wgmma
+    the engine runs them synchronously (mma.sync)."""
     cols = head_dim // replicas
     scores = rows * block_n
     alu = scores * ALU_PER_SCORE + rows * cols * ALU_PER_ACC
     if masked:
         alu += scores * ALU_PER_MASKED_SCORE
-    return (Mma(rows, block_n, head_dim, dtype, mma, instr_n=block_n // replicas),
+    return (Mma(rows, block_n, head_dim, dtype, mma, instr_n=block_n // replicas, is_async=True),
+            MmaWait(0),                              # S, and the previous step's P V
             Exp(scores + rows, alu_flops=alu),      # P = exp2(S - m), alpha
             StepLatency(),                           # the chain's round trip
-            Mma(rows, cols, block_n, dtype, mma, a_in_smem=False, instr_n=cols))
+            Mma(rows, cols, block_n, dtype, mma, a_in_smem=False, instr_n=cols, is_async=True))
 
 
 def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
@@ -174,8 +182,13 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
                 return ops
 
             def compute_of(j: int):
-                return [*step_ops(p.dtype, cfg.mma, role_rows, bn, d, reps, block_is_masked(p, cfg, qb, j)),
-                        *spill_traffic(j)]                           # registers spilled and reloaded
+                step = step_ops(p.dtype, cfg.mma, role_rows, bn, d, reps, block_is_masked(p, cfg, qb, j))
+                if not spilling:
+                    return step
+                # registers spilled and reloaded: not while P V still owns its
+                # accumulator registers (an in-flight wgmma's are not the
+                # warp's to store), so after it
+                return [*step, MmaWait(0), *spill_traffic(j)]
 
             def key_of(j: int):
                 return block_is_masked(p, cfg, qb, j), min(bn, p.seqlen_kv - j * bn)
@@ -183,6 +196,7 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
             items = [plain_load(*part(Tile("Q", b, h, qb), rows_q * d * e, k)),
                      *pipelined_loop("kv", trips, loads_of, compute_of, cfg.num_stages, key_of,
                                      spill_traffic, role=k, roles=roles),
+                     MmaWait(0),                                     # the last P V
                      Alu(bm * d * ALU_EPILOGUE_PER_OUT // roles),
                      Store(*part(Tile("O", b, h, qb), rows_q * d * e, k)),
                      Store(*part(Tile("LSE", b, h, qb), rows_q * ACC_BYTES, k))]

@@ -106,14 +106,20 @@ def pipelined_loop(
     role: int = 0,
     roles: int = 1,
 ) -> list[Item]:
-    """A loop whose loads run `stages - 1` iterations ahead of its compute, as
-    Triton's software pipeliner arranges it with cp.async (num_stages buffers).
+    """A loop whose loads run ahead of its compute, as Triton's software
+    pipeliner arranges it with cp.async (num_stages buffers).
 
     With stages == 1 the loads are plain and synchronous. Otherwise the
-    prologue issues iterations 0..stages-2; iteration i issues the loads of
-    i + stages - 1, then waits for its own loads before computing. The barrier
-    `name.ready` counts arrived tiles; a buffer is reused only after the
-    iteration that read it finished, which program order guarantees.
+    prologue issues iterations 0..stages-2; iteration i waits for its own
+    loads, computes, and only then issues the loads of i + stages - 1 into
+    the buffer iteration i - 1 read. So a load has stages - 2 whole
+    iterations, plus what of its issuing iteration's compute is still
+    running asynchronously (wgmma), to land: with 2 stages it is waited for
+    as soon as it is issued. That is the order of Triton 3.6's TTGIR for our
+    fa2 and GEMM kernels, sm_80 and sm_90 alike (async_wait, the dots,
+    then async_copy_global_to_local for the future iteration at the end of
+    the body; kernels/fa2.py, kernels/standard.py cross-compiled). The
+    barrier `name.ready` counts arrived tiles.
     key_of(i): the cost label of iteration i's loads and compute (see Loop.key).
     compute_memory(i): the Loads and Stores inside compute_of(i), if any (fa2's
     register spills), for Loop.memory.
@@ -122,9 +128,10 @@ def pipelined_loop(
     with 8 warps). Every thread copies its part of each tile, so loads_of(i)
     gives this role's part. Each iteration the role waits for its own copies
     (cp.async.wait_group), then meets the other roles at the CTA's barrier
-    (bar.sync: their parts are in SMEM, and the buffer the next loads
-    overwrite is no longer read), then issues its next copies and computes;
-    between two barriers the roles run, and share the SM's units, freely.
+    (the bar.sync Triton emits with the wait: their parts are in SMEM, and
+    the buffer the next copies overwrite is no longer read), computes, then
+    issues its next copies; between two barriers the roles run, and share
+    the SM's units, freely.
     """
     extra = compute_memory or (lambda i: ())
     if trips <= 0:
@@ -150,13 +157,13 @@ def pipelined_loop(
         return loads
 
     def body(i: int) -> list[Item]:
-        ahead = issue(i + lookahead) if i + lookahead < trips else []
         # (the count of the loads issued for i, not loads_of(i) rebuilt for it)
         count = issued.pop(i, None)
         ready = Wait(barrier, len(loads_of(i)) if count is None else count)
+        ahead = issue(i + lookahead) if i + lookahead < trips else []
         if roles == 1:
-            return [*ahead, ready, *compute_of(i)]
-        return [ready, *sync, *ahead, *compute_of(i)]
+            return [ready, *compute_of(i), *ahead]
+        return [ready, *sync, *compute_of(i), *ahead]
 
     def key(i: int):
         ahead = key_of(i + lookahead) if i + lookahead < trips else None

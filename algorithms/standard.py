@@ -15,7 +15,7 @@ reads them, so the L2 model sees no reuse between the two launches: S is
 from __future__ import annotations
 
 from .defaults import softmax_num_warps
-from .ops import Alu, Exp, Load, Mma, Store, Tile
+from .ops import Alu, Exp, Load, Mma, MmaWait, Store, Tile
 from .problem import AttentionProblem, TileConfig, cdiv
 from .schedule import (attention_tensors, CtaProgram, Launch, Role, Schedule, TensorSpec, head_layout,
                        pipelined_loop, plain_load)
@@ -68,12 +68,15 @@ def _gemm_launch(name, p, cfg, m_rows, n_cols, red_len, block_n, block_k,
                     Load(b_tile(b, h, n, k), cols * depth * e)]
 
         def compute_of(k: int):
-            return [Mma(bm, block_n, block_k, p.dtype, cfg.mma)]
+            # one product left running (Triton 3.6, sm_90 TTGIR: warp_group_dot,
+            # then warp_group_dot_wait {pendings = 1}); synchronous on mma.sync GPUs
+            return [Mma(bm, block_n, block_k, p.dtype, cfg.mma, is_async=True), MmaWait(1)]
 
         def key_of(k: int):
             return min(block_k, red_len - k * block_k)
 
         items = [*pipelined_loop("k", tk, loads_of, compute_of, cfg.num_stages, key_of),
+                 MmaWait(0),
                  Alu(bm * block_n),  # scale (QK) or convert (PV) the accumulator
                  Store(c_tile(b, h, m, n), rows * cols * e)]
         return CtaProgram((Role("warps", cfg.num_warps, tuple(items)),))

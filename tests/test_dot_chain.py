@@ -33,6 +33,7 @@ def _chain_schedule(bm, bn, d, warps, grid, regs, smem):
     """The dot_chain kernel as fa2 runs its compute: one role per warpgroup,
     each its share of the rows, meeting at a barrier every step."""
     from algorithms.fa2 import step_ops
+    from algorithms.ops import MmaWait
     from algorithms.problem import AttentionProblem
     from algorithms.schedule import CtaProgram, Launch, Role, Schedule, pipelined_loop
 
@@ -44,8 +45,9 @@ def _chain_schedule(bm, bn, d, warps, grid, regs, smem):
 
     def program(cta):
         return CtaProgram(tuple(
-            Role(f"warpgroup{k}", 4, tuple(pipelined_loop("chain", ITERATIONS, lambda i: [], compute, 1,
-                                                          lambda i: 0, role=k, roles=roles)))
+            Role(f"warpgroup{k}", 4, (*pipelined_loop("chain", ITERATIONS, lambda i: [], compute, 1,
+                                                      lambda i: 0, role=k, roles=roles),
+                                      MmaWait(0)))      # the last P V, as fa2's epilogue waits
             for k in range(roles)))
 
     launch = Launch("dot_chain", grid, 32 * warps, smem, regs, program,

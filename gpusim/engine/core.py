@@ -274,8 +274,9 @@ class Engine:
             self.tracer.slice(cta.sm.index, server.name, label, end - work_s, end)
         return end
 
-    def _mma_costs(self, op: Mma, factor: float) -> tuple[float, float]:
-        """Seconds an Mma holds the tensor cores and the SMEM. wgmma streams its
+    def _mma_costs(self, op: Mma, factor: float) -> tuple[float, float, bool]:
+        """Seconds an Mma holds the tensor cores and the SMEM, and whether it
+        can be asynchronous (wgmma; mma.sync holds its warps). wgmma streams its
         operands from SMEM as it computes: an operand-starved product holds the
         tensor pipe until its reads are done (other CTAs' products queue behind
         it, as in the wgmma_shape microbenchmark), and its reads share the SMEM
@@ -288,15 +289,16 @@ class Engine:
         if costs is None:
             rate = self._mma_rate(op.kind, op.dtype, factor, self._num_warps)
             smem_s = self._wgmma_smem_s(op)
-            costs = self._mma_cost_cache[key] = (max(op.flops / rate, smem_s), smem_s)
+            wgmma = self.gpu.resolve_mma(op.kind, self._num_warps) == "wgmma"
+            costs = self._mma_cost_cache[key] = (max(op.flops / rate, smem_s), smem_s, wgmma)
         return costs
 
     def _mma(self, op: Mma, role, cta):
-        tensor_s, smem_s = self._mma_costs(op, role.factor)
+        tensor_s, smem_s, can_be_async = self._mma_costs(op, role.factor)
         end = self._unit(cta.sm.tensor, TENSOR, tensor_s, role, cta, "mma")
         if smem_s:
             end = max(end, self._unit(cta.sm.smem, SMEM, smem_s, role, cta, "wgmma operands"))
-        if op.is_async:
+        if op.is_async and can_be_async:
             role.pending.append(end)
             return None
         return self.env.timeout(end - self.env.now)

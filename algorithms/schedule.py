@@ -172,9 +172,9 @@ def pipelined_loop(
     prologue: list[Item] = []
     for i in range(min(lookahead, trips)):
         prologue.extend(issue(i))
-    def memory(i: int) -> list[Op]:
-        ahead = list(loads_of(i + lookahead)) if i + lookahead < trips else []
-        return [*ahead, *extra(i)]
+    def memory(i: int) -> Sequence[Op]:
+        ahead = loads_of(i + lookahead) if i + lookahead < trips else ()
+        return [*ahead, *compute_memory(i)] if compute_memory else ahead
 
     return [*prologue, Loop(name, trips, body, key if key_of else None, memory=memory)]
 

@@ -3,9 +3,11 @@
 Grid and loop order as FA2: (cdiv(N_q, block_m), B·H), Q block fastest; each
 CTA loops over the K/V blocks its Q block sees. Inside the CTA the warps
 specialise:
-- a producer warpgroup issues TMA loads of Q once and of K_j, V_j into a
-  num_stages-deep SMEM ring; every consumer has its own "full" and "empty"
-  barrier per ring (mbarriers), so no consumer can run ahead of the data;
+- a producer warpgroup issues TMA loads of Q once and of K_j, V_j into
+  num_stages-deep SMEM rings, one for K and one for V; every consumer has its
+  own "full" and "empty" barrier per ring (mbarriers), so no consumer can
+  run ahead of the data, and it frees K_j's slot once S_j is done, V_j's once
+  P_j V_j is;
 - `consumer_warpgroups` consumer warpgroups each own block_m / consumers rows
   of the Q tile and run wgmma (asynchronous: Mma(is_async) + MmaWait).
 - pingpong: consumers take turns issuing their GEMMs (named barriers
@@ -84,8 +86,9 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
 
         def produce(j: int) -> list[Item]:
             rows_k = min(bn, p.seqlen_kv - j * bn)
-            return [*(Wait(f"empty.{w}") for w in consumers),
+            return [*(Wait(f"k_empty.{w}") for w in consumers),
                     Load(Tile("K", b, kvh, j), rows_k * d * e, TMA, signal=full("k_full")),
+                    *(Wait(f"v_empty.{w}") for w in consumers),
                     Load(Tile("V", b, kvh, j), rows_k * d * e, TMA, signal=full("v_full"))]
 
         def load_key(j: int):
@@ -109,23 +112,28 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                     alu += scores * ALU_PER_MASKED_SCORE
                 return [Exp(scores + rows, alu_flops=alu), StepLatency()]
 
-            release = Arrive(f"empty.{w}")
+            # K's slot is released as soon as S = Q Kᵀ is done, V's once P V is:
+            # separate rings, as in the FA3 paper's code and kernels/fa3_gluon.py
+            # (one release for both held K_j's slot until P V finished, so with
+            # 2 stages the next K load waited out a whole step: the D=128
+            # default came out 36% slower than the Gluon kernel at N = 16k)
+            release_k, release_v = Arrive(f"k_empty.{w}"), Arrive(f"v_empty.{w}")
             if cfg.intra_wg_overlap:
                 def step(k: int) -> list[Item]:
                     j = k + 1  # QKᵀ_j with P_{j-1}V_{j-1}; softmax(j) under the PV GEMM
                     return [Wait(f"k_full.{w}"), *take_turn, qk,
                             Wait(f"v_full.{w}"), pv, *give_turn,
-                            MmaWait(pending=1), *softmax(j), MmaWait(), release]
-                body = [Wait(f"k_full.{w}"), *take_turn, qk, *give_turn, MmaWait(),
+                            MmaWait(pending=1), release_k, *softmax(j), MmaWait(), release_v]
+                body = [Wait(f"k_full.{w}"), *take_turn, qk, *give_turn, MmaWait(), release_k,
                         *softmax(0),
                         Loop("kv", trips - 1, step, lambda k: block_is_masked(p, cfg, qb, k + 1)),
-                        Wait(f"v_full.{w}"), *take_turn, pv, *give_turn, MmaWait(), release]
+                        Wait(f"v_full.{w}"), *take_turn, pv, *give_turn, MmaWait(), release_v]
             else:
                 def step(j: int) -> list[Item]:
-                    return [Wait(f"k_full.{w}"), *take_turn, qk, MmaWait(), *give_turn,
+                    return [Wait(f"k_full.{w}"), *take_turn, qk, MmaWait(), *give_turn, release_k,
                             *softmax(j),
                             Wait(f"v_full.{w}"), *take_turn, pv, MmaWait(), *give_turn,
-                            release]
+                            release_v]
                 body = [Loop("kv", trips, step, lambda j: block_is_masked(p, cfg, qb, j))]
             my_rows = max(0, min(rows, rows_q - w * rows))
             return Role(f"consumer{w}", WARPS_PER_WARPGROUP, (
@@ -134,7 +142,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                 Store(Tile("O", b, h, qb, w), my_rows * d * out_e, TMA),
                 Store(Tile("LSE", b, h, qb, w), my_rows * ACC_BYTES)))
 
-        barriers = {f"empty.{w}": cfg.num_stages for w in consumers}
+        barriers = {f"{ring}_empty.{w}": cfg.num_stages for ring in "kv" for w in consumers}
         barriers.update({f"turn.{w}": int(w == 0) for w in consumers})
         return CtaProgram((producer, *(consumer(w) for w in consumers)), barriers)
 

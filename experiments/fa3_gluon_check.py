@@ -98,13 +98,15 @@ def markdown(table: list[dict], gpu: str, measured_path) -> str:
     out.append("")
     for label, key in (("the Gluon kernel", "error_vs_gluon"), ("Triton's fa3", "error_vs_triton_fa3")):
         errs = [r[key] for r in table if r[key] is not None]
-        out.append(f"- Against {label}: MAPE {statistics.mean(abs(e) for e in errs):.1%}, "
-                   f"median {statistics.median(errs):+.1%}, range {min(errs):+.1%} … {max(errs):+.1%} "
-                   f"({len(errs)} rows)")
+        if errs:
+            out.append(f"- Against {label}: MAPE {statistics.mean(abs(e) for e in errs):.1%}, "
+                       f"median {statistics.median(errs):+.1%}, range {min(errs):+.1%} … {max(errs):+.1%} "
+                       f"({len(errs)} rows)")
     for causal in (0, 1):
         errs = [r["error_vs_gluon"] for r in table if r["causal"] == causal]
-        out.append(f"- causal={causal}, against the Gluon kernel: MAPE "
-                   f"{statistics.mean(abs(e) for e in errs):.1%} ({len(errs)} rows)")
+        if errs:
+            out.append(f"- causal={causal}, against the Gluon kernel: MAPE "
+                       f"{statistics.mean(abs(e) for e in errs):.1%} ({len(errs)} rows)")
     return "\n".join(out) + "\n"
 
 

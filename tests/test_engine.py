@@ -333,3 +333,14 @@ def test_stores_leave_the_sm_at_its_write_rate():
     assert got == pytest.approx(write_s, rel=0.02)
     slow = profile_with(**{"l2.sm_store_bytes_per_clk": H100.l2.sm_store_bytes_per_clk / 2})
     assert simulate(schedule, slow).runtime_s - fixed == pytest.approx(2 * write_s, rel=0.02)
+
+
+def test_multi_role_ctas_skip_the_agreed_count_when_neighbours_come_and_go():
+    """8-warp fa2 (two warpgroup roles) with several CTAs per SM arriving and
+    leaving: dropping the iterations timed across such a change made one role
+    skip later than the other, and its barriers left the launch deadlocked
+    ("No scheduled events left", 162 rows of the validation sweep)."""
+    problem = AttentionProblem(batch=32, heads=32, seqlen_q=512, head_dim=64)
+    config = TileConfig(block_m=64, block_n=32, num_warps=8, num_stages=2)
+    result = simulate(algorithms.build("fa2", problem, config), H100)
+    assert result.runtime_s > 0 and result.launches[0].ctas_simulated > 0

@@ -454,12 +454,15 @@ class Engine:
                     self.events += 1
                     yield event
             i += 1
-            if sm.residents_changed != changes:
+            if sm.residents_changed != changes and role.skip is None:
                 # a CTA arrived on or left the SM during this iteration: the
                 # samples so far were timed under other contention (timed
                 # alone before its neighbours came, a CTA once kept that period
                 # for its whole loop: 36 µs against the full simulation's 62,
-                # fa2 B2 H32 N2048 D64 128x32 w4 s3)
+                # fa2 B2 H32 N2048 D64 128x32 w4 s3). Not for the roles of a
+                # multi-role CTA: they must skip the agreed count within
+                # MAX_SAMPLES iterations (_skip_plan), or their barriers
+                # fall out of balance and the launch deadlocks.
                 samples = []
                 continue
             # the counters before and after: their difference, the iteration's

@@ -4,8 +4,6 @@ import csv
 
 import pytest
 
-from experiments import fa3_gluon_check as check
-
 FIELDS = ["kernel", "config", "batch", "heads", "seqlen", "head_dim", "causal", "dtype", "ms", "tflops",
           "status", "gpu", "git_commit"]
 
@@ -20,6 +18,7 @@ def _bench_csv(path, rows):
 
 
 def test_errors_are_against_the_kernel_that_runs_the_schedule(tmp_path):
+    from experiments import fa3_gluon_check as check   # (imports the kernels: see compare())
     path = tmp_path / "bench.csv"
     shape = {"batch": 16, "heads": 16, "seqlen": 1024, "head_dim": 128, "causal": 0}
     _bench_csv(path, [{"kernel": "fa3_gluon", "ms": 0.5, **shape}, {"kernel": "fa3", "ms": 1.0, **shape},
@@ -40,6 +39,7 @@ def test_errors_are_against_the_kernel_that_runs_the_schedule(tmp_path):
     ("kernel,status,dtype,seqlen,head_dim,causal,ms\nfa3,ok,bf16,512,64,0,1.0\n", "no ok bf16 fa3_gluon rows"),
 ])
 def test_bad_measured_file_is_one_line_and_exit_2(tmp_path, capsys, content, needle):
+    from experiments import fa3_gluon_check as check
     path = tmp_path / "bench.csv"
     if content is not None:
         path.write_text(content)

@@ -434,10 +434,7 @@ class Engine:
             return
         env, trips, ops, sm = self.env, loop.trips, self._ops, cta.sm
         if top:     # the class's key list, made by its first CTA
-            keys = role.keys.get((loop.name, trips))
-            if keys is None:
-                keys = role.keys[loop.name, trips] = [key_of(j) for j in range(trips)]
-            key_of = keys.__getitem__
+            key_of = _class_keys(role.keys, loop).__getitem__
         i, run_key, samples, skipped_run, run_end = 0, object(), [], None, None
         while i < trips:
             key = key_of(i)
@@ -659,40 +656,40 @@ class Engine:
         sm.skippers.clear()
 
     # ------------------------------------------------------- CTAs and slots
-    def _skip_plan(self, program):
+    def _skip_plan(self, program, role_keys):
         """For multi-role CTAs: how many iterations every role skips, so that
         barrier tokens stay balanced (each role's longest run of equal keys in
-        its first keyed top-level loop, less the iterations timed first)."""
+        its first keyed top-level loop, less the iterations timed first).
+        role_keys: the class's key lists per role (_class_keys)."""
         if not self.fast or len(program.roles) == 1:
             return None
         counts, name = [], None
-        for role in program.roles:
+        for role, keys in zip(program.roles, role_keys):
             loop = next((it for it in role.items if it.__class__ is Loop and it.key), None)
             if loop is None or (name is not None and loop.name != name):
                 return ["", 0]
             name = loop.name
             longest = run = 0
             previous = object()
-            for j in range(loop.trips):
-                k = loop.key(j)
+            for k in _class_keys(keys, loop):
                 run = run + 1 if k == previous else 1
                 previous = k
                 longest = max(longest, run)
             counts.append(longest - MAX_SAMPLES - 1)
         return [name, max(0, min(counts))]
 
-    def _run_cta(self, launch: Launch, index: int, sm: _SM):
+    def _run_cta(self, launch: Launch, index: int, sm: _SM, cost_class):
         env = self.env
         program = launch.program(index)
         barriers = _Barriers(env)
         for name, tokens in program.barriers.items():
             barriers[name] = Barrier(env, tokens)
         cta = _Cta(sm, barriers, env)
-        # What CTAs of one cost class share: their skip plan and loop keys
-        known = self._class_cache.get(launch.cost_key(index))
+        # What CTAs of one cost class share: their loop keys and skip plan
+        known = self._class_cache.get(cost_class)
         if known is None:
-            known = self._class_cache[launch.cost_key(index)] = (
-                self._skip_plan(program), [{} for _ in program.roles])
+            role_keys = [{} for _ in program.roles]
+            known = self._class_cache[cost_class] = (self._skip_plan(program, role_keys), role_keys)
         plan, role_keys = known
 
         start = env.now
@@ -758,8 +755,8 @@ class Engine:
                 end = index
                 slots, cost_key = state["slots"], launch.cost_key
                 if state["one_class"]:      # (the loop below, without a cost_key per CTA)
-                    batch[key] = [seen, min(share, grid - index)]
-                    end = index + batch[key][1]
+                    end = min(grid, index + share)
+                    batch[key] = [seen, end - index]
                 while end < grid and end - index < share:
                     k = key if end == index else cost_key(end)
                     entry = batch.get(k)
@@ -780,7 +777,7 @@ class Engine:
             # settled, ran under the launch's steady contention; the first
             # wave starts all at once.
             warm = state["warm"] and self.mem.settled()
-            duration, totals = yield from self._run_cta(launch, index, sm)
+            duration, totals = yield from self._run_cta(launch, index, sm, key)
             state["warm"] = True
             if seen is None:
                 seen = samples[key] = _ClassStats()
@@ -972,6 +969,16 @@ class _ClassStats:
         # requested and stored bytes are equal for every CTA of a class
         work[REQ], work[STORE], work[SCRATCH] = (b * batch for b in self.exact)
         return work
+
+
+def _class_keys(keys: dict, loop: Loop) -> list:
+    """[loop.key(i) for every i] of a role's top-level loop, kept in `keys`
+    (a role's dict shared by the CTAs of its cost class: equal costs, equal
+    keys) so that the class's first CTA alone computes them."""
+    cached = keys.get((loop.name, loop.trips))
+    if cached is None:
+        cached = keys[loop.name, loop.trips] = [loop.key(j) for j in range(loop.trips)]
+    return cached
 
 
 class _Barriers(dict):

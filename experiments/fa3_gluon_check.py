@@ -18,7 +18,6 @@ Q/K/V during the current epilogue); the schedule launches one CTA per tile.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 from pathlib import Path
@@ -29,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from algorithms.errors import ResultsFileError  # noqa: E402
 from algorithms.problem import AttentionProblem  # noqa: E402
 from gpusim import predict  # noqa: E402
-from gpusim.artifacts import atomic_write_text, write_csv  # noqa: E402
+from gpusim.artifacts import atomic_write_text, read_csv_rows, write_csv  # noqa: E402
 
 MEASURED = ROOT / "experiments/results/kernels_bench_fa3_gluon.csv"
 KERNELS = ("fa3_gluon", "fa3")   # the kernel that runs the schedule, and Triton's fa3 beside it
@@ -37,13 +36,8 @@ KERNELS = ("fa3_gluon", "fa3")   # the kernel that runs the schedule, and Triton
 
 def measured_rows(path) -> dict:
     """{(kernel, N, D, causal): (ms, provenance row)} of the ok rows of a kernels.bench CSV."""
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as exc:
-        raise ResultsFileError(f"cannot read {path}: {exc.strerror}") from None
     out = {}
-    for r in rows:
+    for r in read_csv_rows(path):
         try:
             if r["kernel"] in KERNELS and r["status"] == "ok" and r["dtype"] == "bf16":
                 out[r["kernel"], int(r["seqlen"]), int(r["head_dim"]), int(r["causal"])] = (float(r["ms"]), r)

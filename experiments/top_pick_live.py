@@ -15,7 +15,6 @@ run-to-run drift:
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 from pathlib import Path
@@ -26,16 +25,9 @@ if str(ROOT) not in sys.path:
 
 from algorithms.errors import ResultsFileError  # noqa: E402
 from experiments.top_pick import BAR_PCT, RESULTS  # noqa: E402
+from gpusim.artifacts import read_csv_rows  # noqa: E402
 
 PICKS = RESULTS / "top_pick_h100.csv"
-
-
-def _read(path) -> list[dict]:
-    try:
-        with open(path, newline="") as f:
-            return list(csv.DictReader(f))
-    except OSError as exc:
-        raise ResultsFileError(f"cannot read {path}: {exc.strerror}") from None
 
 
 def _spec(config: str) -> str:
@@ -52,7 +44,7 @@ def _shape(row: dict) -> tuple[int, int, int]:
 
 
 def plan(picks_path) -> str:
-    picks = _read(picks_path)
+    picks = read_csv_rows(picks_path)
     if not picks:
         raise ResultsFileError(f"{picks_path} has no rows")
     specs = sorted({_spec(r["pick"]) for r in picks} | {_spec(r["best"]) for r in picks})
@@ -61,8 +53,8 @@ def plan(picks_path) -> str:
 
 
 def analyse(picks_path, live_path) -> tuple[list[dict], str]:
-    picks = {_shape(r): r for r in _read(picks_path)}
-    live_rows = _read(live_path)
+    picks = {_shape(r): r for r in read_csv_rows(picks_path)}
+    live_rows = read_csv_rows(live_path)
     live: dict[tuple, dict[str, float]] = {}
     for r in live_rows:
         if r.get("status") == "ok" and r["kernel"].startswith("fa2@"):

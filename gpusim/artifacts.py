@@ -1,4 +1,5 @@
-"""Writing result files atomically: CSV, Markdown, JSON and figures.
+"""Writing result files atomically: CSV, Markdown, JSON and figures; reading
+a results CSV back with one clear error.
 
 Every file is written to a temporary file in the destination folder and
 renamed over the target (os.replace), so a reader never sees half a file and
@@ -14,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from algorithms.errors import GpusimError
+from algorithms.errors import GpusimError, ResultsFileError
 
 DEFAULT_RESULTS = Path("results")
 
@@ -84,6 +85,18 @@ def write_csv(path, rows: Sequence[dict], fields: Sequence[str] | None = None) -
     for row in rows:
         writer.writerow([_cell(row.get(k)) for k in fields])
     return atomic_write_text(path, buf.getvalue())
+
+
+def read_csv_rows(path) -> list[dict]:
+    """The rows of a results CSV; a file that cannot be opened or is not
+    UTF-8 text raises ResultsFileError (one line), never a traceback."""
+    try:
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError as exc:
+        raise ResultsFileError(f"cannot read {path}: {exc.strerror}") from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise ResultsFileError(f"{path}: not a readable CSV ({exc})") from None
 
 
 def write_json(path, obj) -> Path:

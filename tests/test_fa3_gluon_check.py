@@ -35,13 +35,16 @@ def test_errors_are_against_the_kernel_that_runs_the_schedule(tmp_path):
 
 @pytest.mark.parametrize("content, needle", [
     (None, "cannot read"),
+    (b"\x80\x81\xff\xfe", "not a readable CSV"),
     ("kernel,seqlen\nfa3_gluon,512\n", "not a kernels.bench CSV"),
     ("kernel,status,dtype,seqlen,head_dim,causal,ms\nfa3,ok,bf16,512,64,0,1.0\n", "no ok bf16 fa3_gluon rows"),
 ])
 def test_bad_measured_file_is_one_line_and_exit_2(tmp_path, capsys, content, needle):
     from experiments import fa3_gluon_check as check
     path = tmp_path / "bench.csv"
-    if content is not None:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
         path.write_text(content)
     assert check.main(["--measured", str(path), "--out", str(tmp_path / "x.md")]) == 2
     err = capsys.readouterr().err.strip()

@@ -154,6 +154,10 @@ def test_live_analysis_bad_input_exits_2(tmp_path, capsys):
     picks, _ = _live_files(tmp_path, 0.2, 0.2)
     assert main(["analyse", "--picks", str(picks), "--live", str(tmp_path / "absent.csv")]) == 2
     assert "cannot read" in capsys.readouterr().err
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\x80\x81\xff\xfe")
+    assert main(["analyse", "--picks", str(picks), "--live", str(binary)]) == 2
+    assert "not a readable CSV" in capsys.readouterr().err
     bad = tmp_path / "bad.csv"
     bad.write_text("seqlen,head_dim,causal,pick,best\n512,64,0,64x64-w4,64x64 w4 s3\n")
     assert main(["plan", "--picks", str(bad)]) == 2

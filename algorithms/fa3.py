@@ -1,8 +1,10 @@
 """FlashAttention-3 forward (arXiv 2407.08608), Hopper only.
 
 Grid and loop order as FA2: (cdiv(N_q, block_m), B·H), Q block fastest; each
-CTA loops over the K/V blocks its Q block sees. Inside the CTA the warps
-specialise:
+CTA loops over the K/V blocks its Q block sees. Causal: a head's Q blocks are
+launched heaviest first (the last Q block, which sees every K/V block, leads),
+as kernels/fa3_gluon.py and FA3's longest-first tile order do, so the light
+blocks fill the tail. Inside the CTA the warps specialise:
 - a producer warpgroup issues TMA loads of Q once and of K_j, V_j into
   num_stages-deep SMEM rings, one for K and one for V; every consumer has its
   own "full" and "empty" barrier per ring (mbarriers), so no consumer can
@@ -80,8 +82,16 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     bh = p.batch * p.heads
     consumers = range(cw)
 
+    q_block_key = cta_cost_key(p, cfg)
+
+    def launch_order(cta: int) -> int:
+        """The fa2-grid CTA whose Q block runs as CTA `cta`: heaviest first under causal."""
+        if not p.causal:
+            return cta
+        return cta - cta % n_qb + (n_qb - 1 - cta % n_qb)
+
     def program(cta: int) -> CtaProgram:
-        qb, b, h, kvh, rows_q, trips = locate_q_block(p, cfg, cta)
+        qb, b, h, kvh, rows_q, trips = locate_q_block(p, cfg, launch_order(cta))
         full = lambda name: tuple(f"{name}.{w}" for w in consumers)
 
         def produce(j: int) -> list[Item]:
@@ -153,6 +163,6 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     consumer_regs = min(need, budget)  # beyond the budget the compiler spills
     regs = -(-(PRODUCER_REGISTERS + cw * consumer_regs) // (1 + cw))  # per-thread average
     launch = Launch("fa3_fwd", n_qb * bh, cfg.threads, smem_bytes(p, cfg), regs, program,
-                    **head_layout(n_qb, bh, cta_cost_key(p, cfg)))
+                    **head_layout(n_qb, bh, lambda t: q_block_key(launch_order(t))))
     tensors = attention_tensors(p, out_e)
     return Schedule("fa3", p, cfg, (launch,), tensors)

@@ -159,6 +159,7 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
 
     def program(cta: int) -> CtaProgram:
         qb, b, h, kvh, rows_q, trips = locate_q_block(p, cfg, cta)
+        n_full = first_masked_block(p, cfg, qb, trips)
         # Spilled registers live in the CTA's local memory (its threads'
         # stacks), which L1 keeps poorly: ncu counts 40% (128x64 w4) and 0.5%
         # (128x128 w4) of those loads hitting L1 (spill_counters_h100.csv).
@@ -193,9 +194,20 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
             def key_of(j: int):
                 return block_is_masked(p, cfg, qb, j), min(bn, p.seqlen_kv - j * bn)
 
+            # The kernel's two loops (kernels/fa2.py): the unmasked blocks, then
+            # the masked ones (causal diagonal, key tail). Triton pipelines
+            # each on its own: the first drains (waits for its last P V and
+            # copies) and the second fills its stages afresh (TTGIR, sm_90
+            # and sm_80 alike), so a causal CTA waits out one more load.
             items = [plain_load(*part(Tile("Q", b, h, qb), rows_q * d * e, k)),
-                     *pipelined_loop("kv", trips, loads_of, compute_of, cfg.num_stages, key_of,
+                     *pipelined_loop("kv", n_full, loads_of, compute_of, cfg.num_stages, key_of,
                                      spill_traffic, role=k, roles=roles),
+                     MmaWait(0),                                     # the first loop's last P V
+                     *pipelined_loop("kv_masked", trips - n_full, lambda j: loads_of(n_full + j),
+                                     lambda j: compute_of(n_full + j), cfg.num_stages,
+                                     lambda j: key_of(n_full + j),
+                                     lambda j: spill_traffic(n_full + j),
+                                     role=k, roles=roles),
                      MmaWait(0),                                     # the last P V
                      Alu(bm * d * ALU_EPILOGUE_PER_OUT // roles),
                      Store(*part(Tile("O", b, h, qb), rows_q * d * e, k)),

@@ -445,7 +445,7 @@ class Engine:
         while i < trips:
             if together is not None:
                 skip = together.skip
-                if skip is not None and skip.first == i + offset:
+                if skip is not None and skip.first == i + offset and skip.at[r] is None:
                     pair = samples[-2:] if len(samples) >= 2 else together.pairs[r]
                     done = yield from self._skip_together(loop, i, skip, pair, role, cta)
                     i += done
@@ -552,10 +552,7 @@ class Engine:
         if replayed:     # HBM work comes chunk by chunk from the replay
             work[MISS] = work[HBM] = 0.0
         handles = self._background(sm, start, start + count * period, work)
-        # HBM paces the loop when all CTAs' HBM work outweighs the CTA's own
-        # busiest unit (not measured against the period: that may be the stale part)
-        hbm_bound = per_iteration[HBM] > 0.0 and (
-            per_iteration[HBM] * self._slots >= max(*per_iteration[TENSOR:L2], per_iteration[L2] * self._slots))
+        hbm_bound = self._hbm_bound(per_iteration)
         done, missed = 0, 0
         for lo, hi in self._chunks(count):
             chunk_start, chunk_end = env.now, env.now + (hi - lo) * period
@@ -583,12 +580,25 @@ class Engine:
                                       handles if not replayed else handles[:-1]):
                 server.cancel_background(handle, env.now)
             break
+        self._charge(role, per_iteration, done, missed if replayed else None)
+        return done
+
+    def _hbm_bound(self, per_iteration) -> bool:
+        """HBM paces a skipped loop when all CTAs' HBM work outweighs the CTA's
+        own busiest unit (not measured against the period: that may be the
+        stale part)."""
+        return per_iteration[HBM] > 0.0 and (
+            per_iteration[HBM] * self._slots >= max(*per_iteration[TENSOR:L2], per_iteration[L2] * self._slots))
+
+    def _charge(self, role: _Role, per_iteration, done: int, missed: int | None) -> None:
+        """Count `done` skipped iterations' work to the role; `missed`: the HBM
+        bytes their replay through L2 missed (None: not replayed, the
+        sampled miss rate stands)."""
         charged = [w * done for w in per_iteration]
-        if replayed:
+        if missed is not None:
             charged[MISS], charged[HBM] = missed, missed * self.mem.hbm_s_per_byte
         for slot in range(N_COUNTERS):
             role.c[slot] += charged[slot]
-        return done
 
     @staticmethod
     def _chunks(count: int):
@@ -640,8 +650,7 @@ class Engine:
         if replayed:
             work[MISS] = work[HBM] = 0.0
         handles = self._background(sm, env.now, env.now + count * period, work)
-        hbm_bound = per_iteration[HBM] > 0.0 and (
-            per_iteration[HBM] * self._slots >= max(*per_iteration[TENSOR:L2], per_iteration[L2] * self._slots))
+        hbm_bound = self._hbm_bound(per_iteration)
         done, missed = 0, 0
         for lo, hi in self._chunks(count) if count > 0 else ():
             if skip.stop is not None:
@@ -687,11 +696,7 @@ class Engine:
             for server, handle in zip(sm.units + [self.mem.l2, self.mem.hbm],
                                       handles if not replayed else handles[:-1]):
                 server.cancel_background(handle, env.now)
-        charged = [w * done for w in per_iteration]
-        if replayed:
-            charged[MISS], charged[HBM] = missed, missed * self.mem.hbm_s_per_byte
-        for slot in range(N_COUNTERS):
-            role.c[slot] += charged[slot]
+        self._charge(role, per_iteration, done, missed if replayed else None)
         return done
 
     def _skip_wait(self, sm: "_SM", duration: float):

@@ -160,6 +160,21 @@ def resolve_scale(sm_scale, head_dim: int) -> float:
     return s
 
 
+_TMA_ALLOCATOR_SET = False
+
+
+def ensure_tma_allocator() -> None:
+    """Device-side tensor descriptors (tl.make_tensor_descriptor) need a
+    scratch buffer per CTA (128 B each) from a user allocator."""
+    import triton
+
+    global _TMA_ALLOCATOR_SET
+    if not _TMA_ALLOCATOR_SET:
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
+                                                                     device="cuda"))
+        _TMA_ALLOCATOR_SET = True
+
+
 def launch(kernel_grid, *args, **kwargs):
     """Run a Triton launch, turning Triton's out-of-resource errors (the config
     needs more SMEM or registers than the GPU has) into DoesNotFit."""

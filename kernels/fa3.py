@@ -38,7 +38,8 @@ import triton.language as tl
 from algorithms.errors import InvalidProblem, UnsupportedAlgorithm
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
-from .common import LOG2E, interpreting, launch, problem_of, resolve_config, resolve_scale
+from .common import (LOG2E, ensure_tma_allocator, interpreting, launch, problem_of, resolve_config,
+                     resolve_scale)
 from .online_softmax import kv_block_range, mask_scores, softmax_update, store_output
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
@@ -135,17 +136,6 @@ def _fa3_fp8_fwd(Q, K, VT, QS, KS, VS, O, LSE, qk_scale, n_q, n_kv, causal_off, 
     store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
 
 
-_ALLOCATOR_SET = False
-
-
-def _ensure_allocator():
-    """Device-side tensor descriptors need a scratch buffer per CTA (128 B
-    each) from a user allocator."""
-    global _ALLOCATOR_SET
-    if not _ALLOCATOR_SET:
-        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
-                                                                     device="cuda"))
-        _ALLOCATOR_SET = True
 
 
 def _require_hopper(device):
@@ -174,7 +164,7 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     _require_hopper(q.device)
     cfg = resolve_config("fa3", problem, config, q.device)
     scale = resolve_scale(sm_scale, problem.head_dim)
-    _ensure_allocator()
+    ensure_tma_allocator()
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     ws = _use_warp_spec(cfg)
@@ -243,7 +233,7 @@ def forward_fp8(q, k, v, *, causal=False, config: TileConfig | None = None, sm_s
     if problem.head_dim < 32:
         raise InvalidProblem(f"forward_fp8 needs head_dim >= 32 (fp8 wgmma K step), got {problem.head_dim}")
     scale = resolve_scale(sm_scale, problem.head_dim)
-    _ensure_allocator()
+    ensure_tma_allocator()
     b, h, nq, d = q8.shape
     kvh, nkv = k8.shape[1], k8.shape[2]
     o = torch.empty(b, h, nq, d, dtype=out_dtype, device=q8.device)

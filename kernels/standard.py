@@ -4,7 +4,9 @@ Schedule (algorithms/standard.py replays exactly this):
   1. QKᵀ GEMM, grid = (cdiv(Nq, BM) * cdiv(Nkv, BN), B*H) with BM = block_m,
      BN = block_n; pid0 -> m = pid0 // cdiv(Nkv, BN), n = pid0 % cdiv(Nkv, BN);
      the reduction over D runs in steps of BK = min(block_k, D); writes
-     S = sm_scale · Q Kᵀ in the input dtype. Every tile is computed, causal or
+     S = sm_scale · Q Kᵀ in the input dtype with masked stores (tma_store=True
+     writes it through the TMA unit instead: 1.2x slower on the H100,
+     experiments/qk_store_probe.py). Every tile is computed, causal or
      not (as PyTorch's math path does); num_warps/num_stages from the config.
   2. Row softmax, one program per row, grid = (B*H*Nq,), num_warps =
      algorithms.defaults.softmax_num_warps(Nkv): reads a whole S row, applies
@@ -26,13 +28,13 @@ import triton.language as tl
 from algorithms.defaults import softmax_num_warps
 from algorithms.problem import TileConfig, cdiv
 
-from .common import launch, problem_of, resolve_config, resolve_scale
+from .common import ensure_tma_allocator, launch, problem_of, resolve_config, resolve_scale
 
 
 @triton.jit
-def _qk_gemm(Q, K, S, scale, n_q, n_kv, H: tl.constexpr, GROUP: tl.constexpr,
+def _qk_gemm(Q, K, S, scale, n_q, n_kv, n_bh, H: tl.constexpr, GROUP: tl.constexpr,
              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_K: tl.constexpr):
+             BLOCK_K: tl.constexpr, TMA_STORE: tl.constexpr):
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     n_tiles_n = tl.cdiv(n_kv, BLOCK_N)
@@ -50,8 +52,15 @@ def _qk_gemm(Q, K, S, scale, n_q, n_kv, H: tl.constexpr, GROUP: tl.constexpr,
         b = tl.load(k_ptrs + kk * BLOCK_K, mask=(offs_n < n_kv)[None, :], other=0.0)
         acc = tl.dot(a, b, acc)
     s = (acc * scale).to(S.dtype.element_ty)
-    s_ptrs = S + bh.to(tl.int64) * n_q * n_kv + offs_m[:, None].to(tl.int64) * n_kv + offs_n[None, :]
-    tl.store(s_ptrs, s, mask=(offs_m < n_q)[:, None] & (offs_n < n_kv)[None, :])
+    if TMA_STORE:
+        # S through the TMA unit: one bulk copy of the tile from SMEM, clipped
+        # at the head's last row and column by the [B*H, Nq, Nkv] box
+        desc = tl.make_tensor_descriptor(S, shape=[n_bh, n_q, n_kv], strides=[n_q * n_kv, n_kv, 1],
+                                         block_shape=[1, BLOCK_M, BLOCK_N])
+        desc.store([bh, pid_m * BLOCK_M, pid_n * BLOCK_N], s.reshape([1, BLOCK_M, BLOCK_N]))
+    else:
+        s_ptrs = S + bh.to(tl.int64) * n_q * n_kv + offs_m[:, None].to(tl.int64) * n_kv + offs_n[None, :]
+        tl.store(s_ptrs, s, mask=(offs_m < n_q)[:, None] & (offs_n < n_kv)[None, :])
 
 
 @triton.jit
@@ -95,16 +104,19 @@ def _pv_gemm(P, V, O, n_q, n_kv, H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM:
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m < n_q)[:, None])
 
 
-def launches(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None):
-    """The three launches as separate zero-argument callables, for timing each
-    against its own bound: [(name, fn, matmul_flops, hbm_bytes)], bytes being
-    the compulsory traffic (each tensor read or written once)."""
+def _plan(q, k, v, causal, config, sm_scale, tma_store):
+    """The three launches on fresh S, P, O, LSE: (o, lse, s, p, [(name, fn,
+    matmul_flops, hbm_bytes)]), bytes being the compulsory traffic (each
+    tensor read or written once)."""
     problem = problem_of(q, k, v, causal)
     cfg = resolve_config("standard", problem, config, q.device)
     scale = resolve_scale(sm_scale, problem.head_dim)
     b, h, nq, d = q.shape
     nkv = k.shape[2]
     e = q.element_size()
+    tma = bool(tma_store)
+    if tma:
+        ensure_tma_allocator()
     kw = dict(H=h, GROUP=problem.group_size, HEAD_DIM=d)
     s = torch.empty(b, h, nq, nkv, dtype=q.dtype, device=q.device)
     p = torch.empty_like(s)
@@ -115,10 +127,10 @@ def launches(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scal
     g3 = (cdiv(nq, cfg.block_m) * cdiv(d, bd), b * h)
     qkv_bytes = (q.numel() + k.numel()) * e
     sp_bytes = b * h * nq * nkv * e
-    return [
-        ("qk_gemm", lambda: launch(_qk_gemm[g1], q, k, s, scale, nq, nkv, BLOCK_M=cfg.block_m,
-                                   BLOCK_N=cfg.block_n, BLOCK_K=bk, num_warps=cfg.num_warps,
-                                   num_stages=cfg.num_stages, **kw),
+    parts = [
+        ("qk_gemm", lambda: launch(_qk_gemm[g1], q, k, s, scale, nq, nkv, b * h, BLOCK_M=cfg.block_m,
+                                   BLOCK_N=cfg.block_n, BLOCK_K=bk, TMA_STORE=tma,
+                                   num_warps=cfg.num_warps, num_stages=cfg.num_stages, **kw),
          2.0 * b * h * nq * nkv * d, qkv_bytes + sp_bytes),
         ("row_softmax", lambda: launch(_row_softmax[(b * h * nq,)], s, p, lse, nq, nkv,
                                        problem.causal_offset, CAUSAL=problem.causal,
@@ -130,33 +142,25 @@ def launches(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scal
                                    num_stages=cfg.num_stages, **kw),
          2.0 * b * h * nq * nkv * d, sp_bytes + (v.numel() + o.numel()) * e),
     ]
+    return o, lse, s, p, parts
+
+
+def launches(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
+             tma_store: bool = False):
+    """The three launches as separate zero-argument callables, for timing each
+    against its own bound: [(name, fn, matmul_flops, hbm_bytes)]. tma_store:
+    write S through the TMA unit (Hopper, Nkv a multiple of 8), measured
+    slower than the masked stores (experiments/qk_store_probe.py)."""
+    return _plan(q, k, v, causal, config, sm_scale, tma_store)[-1]
 
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
-            return_lse=False, keep_intermediates=False):
+            return_lse=False, keep_intermediates=False, tma_store: bool = False):
     """Unfused attention in three launches. Same contract as kernels.fa2.forward;
     keep_intermediates=True also returns (S, P) for inspection."""
-    problem = problem_of(q, k, v, causal)
-    cfg = resolve_config("standard", problem, config, q.device)
-    scale = resolve_scale(sm_scale, problem.head_dim)
-    b, h, nq, d = q.shape
-    nkv = k.shape[2]
-    kw = dict(H=h, GROUP=problem.group_size, HEAD_DIM=d)
-    s = torch.empty(b, h, nq, nkv, dtype=q.dtype, device=q.device)
-    p = torch.empty_like(s)
-    o = torch.empty_like(q)
-    lse = torch.empty(b, h, nq, dtype=torch.float32, device=q.device)
-    bk = min(cfg.block_k, d)
-    launch(_qk_gemm[(cdiv(nq, cfg.block_m) * cdiv(nkv, cfg.block_n), b * h)], q, k, s, scale, nq, nkv,
-           BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk, num_warps=cfg.num_warps,
-           num_stages=cfg.num_stages, **kw)
-    block = triton.next_power_of_2(nkv)
-    launch(_row_softmax[(b * h * nq,)], s, p, lse, nq, nkv, problem.causal_offset,
-           CAUSAL=problem.causal, BLOCK=block, num_warps=softmax_num_warps(nkv))
-    bd = min(d, 128)
-    launch(_pv_gemm[(cdiv(nq, cfg.block_m) * cdiv(d, bd), b * h)], p, v, o, nq, nkv,
-           BLOCK_M=cfg.block_m, BLOCK_D=bd, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps,
-           num_stages=cfg.num_stages, **kw)
+    o, lse, s, p, parts = _plan(q, k, v, causal, config, sm_scale, tma_store)
+    for _, fn, _, _ in parts:
+        fn()
     out = (o, lse) if return_lse else o
     if keep_intermediates:
         return out, (s, p)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .compiled import fa2_spills
+from .compiled import fa2_registers, fa2_spills
 from .ops import Alu, Exp, Load, Mma, MmaWait, StepLatency, Store, Tile
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule, TensorSpec,
@@ -217,8 +217,12 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
         return CtaProgram(tuple(role_program(k) for k in range(roles)))
 
     smem = smem_bytes(p, cfg)
-    regs = registers_per_thread(cfg.threads, fp32_values=bm * d + bm * bn,
-                                packed16_values=bm * bn)
+    # the sm_90 build's own count where the probe compiled it (the estimate
+    # had 120 for 128x32 with 8 warps at D = 128, two CTAs an SM; ptxas gives
+    # 137-158, one: measured 1.5x the 4-warp config's time at N = 512-1024
+    # with 2 stages, predicted equal)
+    regs = (fa2_registers(p, cfg) if hopper else None) or registers_per_thread(
+        cfg.threads, fp32_values=bm * d + bm * bn, packed16_values=bm * bn)
     launch = Launch("fa2_fwd", n_qb * bh, cfg.threads, smem, regs, program,
                     **head_layout(n_qb, bh, cta_cost_key(p, cfg)))
     tensors = attention_tensors(p)

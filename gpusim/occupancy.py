@@ -8,6 +8,8 @@ from algorithms.schedule import Launch
 
 from .profile import HardwareProfile
 
+WARP_SIZE = 32
+
 
 @dataclass(frozen=True)
 class Occupancy:
@@ -23,7 +25,10 @@ def occupancy(launch: Launch, gpu: HardwareProfile) -> Occupancy:
     res = gpu.residency
     if launch.smem_bytes > res.smem_per_block_bytes:
         raise DoesNotFit("shared memory", launch.smem_bytes, res.smem_per_block_bytes, launch.name)
-    regs_per_cta = launch.regs_per_thread * launch.threads
+    # a warp's registers are allocated in whole units (256 on sm_80/sm_90)
+    unit = res.register_alloc_unit
+    regs_per_warp = -(-launch.regs_per_thread * WARP_SIZE // unit) * unit
+    regs_per_cta = regs_per_warp * -(-launch.threads // WARP_SIZE)
     if launch.threads > res.max_threads_per_sm or regs_per_cta > res.registers_per_sm:
         raise DoesNotFit("registers", regs_per_cta, res.registers_per_sm, launch.name)
     limits = {

@@ -23,6 +23,7 @@ SCHEMA: dict[str, dict[str, tuple[type, object, object]]] = {
                  "tma": (bool, None, None), "fp8": (bool, None, None)},
     "residency": {"max_threads_per_sm": (int, 32, 4096), "max_ctas_per_sm": (int, 1, 64),
                   "registers_per_sm": (int, 1024, 1 << 20),
+                  "register_alloc_unit": (int, 1, 4096),
                   "smem_per_sm_bytes": (int, 1024, 1 << 22),
                   "smem_per_block_bytes": (int, 1024, 1 << 22),
                   "smem_reserved_per_cta_bytes": (int, 0, 1 << 16)},

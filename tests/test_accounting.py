@@ -180,3 +180,39 @@ def test_first_masked_block_is_the_first_block_that_needs_a_mask(n_q, n_kv, caus
         trips = kv_trips(p, bn, min(n_q, (qb + 1) * bm) - 1)
         brute = next((j for j in range(trips) if block_is_masked(p, cfg, qb, j)), trips)
         assert first_masked_block(p, cfg, qb, trips) == brute
+
+
+@settings(max_examples=60, deadline=None)
+@given(p=problems(), cfg=configs(), warps=st.sampled_from([4, 8]))
+def test_fa2_runs_its_unmasked_and_masked_blocks_in_two_loops(p, cfg, warps):
+    """As kernels/fa2.py does (Triton pipelines each loop on its own): a
+    first loop over the blocks that need no mask, then one over those that
+    do; together the K/V blocks the Q block visits, in order."""
+    from algorithms.fa2 import block_is_masked, first_masked_block, locate_q_block
+    from algorithms.ops import Loop
+
+    cfg = cfg.with_(num_warps=warps)
+    launch = algorithms.build("fa2", p, cfg).launches[0]
+    for cta in {0, launch.grid // 2, launch.grid - 1}:
+        qb, *_, trips = locate_q_block(p, cfg, cta)
+        n_full = first_masked_block(p, cfg, qb, trips)
+        for role in launch.program(cta).roles:
+            loops = {it.name: it for it in role.items if isinstance(it, Loop)}
+            assert loops.get("kv", Loop("kv", 0, None)).trips == n_full
+            assert loops.get("kv_masked", Loop("kv_masked", 0, None)).trips == trips - n_full
+            masked = [j for j in range(trips) if block_is_masked(p, cfg, qb, j)]
+            assert masked == list(range(n_full, trips))
+
+
+def test_fa3_causal_launches_each_heads_heaviest_q_block_first():
+    p = AttentionProblem(batch=2, heads=4, seqlen_q=1024, head_dim=64, causal=True)
+    launch = algorithms.build("fa3", p).launches[0]
+    n_qb = cdiv(p.seqlen_q, algorithms.default_config("fa3", p).block_m)
+
+    def visits(cta):
+        (producer,) = [r for r in launch.program(cta).roles if r.name == "producer"]
+        return next(it.trips for it in producer.items if getattr(it, "name", None) == "kv")
+
+    for head in range(p.batch * p.heads):
+        trips = [visits(head * n_qb + t) for t in range(n_qb)]
+        assert trips == sorted(trips, reverse=True) and trips[0] > trips[-1]

@@ -1,4 +1,4 @@
-"""The fa2 schedule's SMEM equals what Triton allocates, row by row of the probe."""
+"""The fa2 schedule's SMEM and registers equal what Triton allocates, row by row of the probe."""
 import csv
 from pathlib import Path
 
@@ -18,6 +18,8 @@ def test_fa2_smem_rule_matches_every_compiled_config():
                          num_warps=int(r["num_warps"]), num_stages=int(r["num_stages"]))
         schedule = algorithms.build("fa2", p, cfg)
         assert schedule.launches[0].smem_bytes == int(r["smem_bytes"]), r
+        # the sm_90 build runs with ptxas's registers (they set CTAs per SM)
+        assert schedule.launches[0].regs_per_thread == int(r["n_regs"]), r
 
 
 def test_issue_examples():
@@ -26,3 +28,21 @@ def test_issue_examples():
     assert algorithms.build("fa2", p, fits).launches[0].smem_bytes == 131072
     too_big = fits.with_(block_n=128, num_stages=4)
     assert algorithms.module("fa2").smem_bytes(p, too_big) == 294912
+
+
+def test_registers_are_allocated_per_warp_in_whole_units():
+    """82 registers a thread take 88 (a warp's 2624 round up to 2816, units of
+    256): 128-thread CTAs fit 5 to an SM, not the 6 that 82 x 128 would give."""
+    import dataclasses
+
+    from gpusim.occupancy import occupancy
+    from gpusim.profile import load_profile
+
+    gpu = load_profile("h100")
+    assert gpu.residency.register_alloc_unit == 256
+    p = AttentionProblem(batch=1, heads=32, seqlen_q=4096, head_dim=64)
+    launch = algorithms.build("fa2", p, TileConfig(64, 32, 4, 2)).launches[0]
+    tiny = dataclasses.replace(launch, smem_bytes=1024)   # registers alone limit it
+    assert occupancy(dataclasses.replace(tiny, regs_per_thread=82), gpu).ctas_per_sm == 5
+    assert occupancy(dataclasses.replace(tiny, regs_per_thread=80), gpu).ctas_per_sm == 6
+    assert occupancy(dataclasses.replace(tiny, regs_per_thread=82), gpu).limiter == "registers"

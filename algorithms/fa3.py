@@ -31,15 +31,14 @@ from .ops import (TMA, Alu, Arrive, Exp, Item, Load, Loop, Mma, MmaWait, StepLat
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule,
                        head_layout)
-from .smem import MBARRIER_BYTES, check_fits_block, registers_per_thread
+from .smem import MBARRIER_BYTES, check_fits_block
 
 WGMMA_M = 64  # one warpgroup's wgmma covers 64 rows
-THREADS_PER_WARPGROUP = 128
-# setmaxnreg: the producer warpgroup gives its registers up (24 per thread in
-# the FA3 paper's kernels) so that the consumers can hold their accumulators.
-PRODUCER_REGISTERS = 24
+# The register file the kernel divides among its threads at launch (setmaxnreg
+# then gives the producer's to the consumers, 24 and 240 a thread in the FA3
+# paper's kernels and kernels/fa3_gluon.py).
 REGISTERS_PER_SM = 65536  # cc 9.0; FA3 is Hopper-only
-REGISTER_GRANULE = 8      # setmaxnreg takes multiples of 8
+REGISTER_GRANULE = 8      # setmaxnreg and maxnreg take multiples of 8
 
 
 def rows_per_consumer(cfg: TileConfig) -> int:
@@ -156,12 +155,11 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
         barriers.update({f"turn.{w}": int(w == 0) for w in consumers})
         return CtaProgram((producer, *(consumer(w) for w in consumers)), barriers)
 
-    need = registers_per_thread(THREADS_PER_WARPGROUP, fp32_values=rows * d + rows * bn,
-                                packed16_values=rows * bn)
-    budget = (REGISTERS_PER_SM - PRODUCER_REGISTERS * THREADS_PER_WARPGROUP) // (
-        cw * THREADS_PER_WARPGROUP) // REGISTER_GRANULE * REGISTER_GRANULE
-    consumer_regs = min(need, budget)  # beyond the budget the compiler spills
-    regs = -(-(PRODUCER_REGISTERS + cw * consumer_regs) // (1 + cw))  # per-thread average
+    # The kernel launches with the whole register file over its threads
+    # (maxnreg 168 for 384 threads in kernels/fa3_gluon.py), which setmaxnreg
+    # then moves from the producer to the consumers: one CTA an SM, whatever
+    # the consumers need (their average had let two D = 64 CTAs share an SM)
+    regs = REGISTERS_PER_SM // cfg.threads // REGISTER_GRANULE * REGISTER_GRANULE
     launch = Launch("fa3_fwd", n_qb * bh, cfg.threads, smem_bytes(p, cfg), regs, program,
                     **head_layout(n_qb, bh, lambda t: q_block_key(launch_order(t))))
     tensors = attention_tensors(p, out_e)

@@ -628,7 +628,7 @@ class Engine:
     def _skip_together(self, loop: Loop, first: int, skip: "_Skip", pair, role: _Role, cta: _Cta):
         """A role of a multi-role CTA (FA3, 8-warp fa2) skips its share of the
         CTA's skip in place: the iterations every role skips, from the same
-        aligned index (_Together), at the slowest role's period, its work a
+        aligned index (_Together), at the roles' mean period, its work a
         background load and its loads replayed through L2 chunk by chunk, as
         _skip_in_place does. Its roles' barrier tokens stay balanced because
         all skip the same count and none depends on another's later
@@ -1076,7 +1076,9 @@ class _Together:
 
     def decide(self) -> None:
         """Once every role is steady: all skip from the furthest a role has
-        come, as far as every role's run of equal keys goes."""
+        come, as far as every role's run of equal keys goes, at the mean of
+        their periods (roles held in step by their barriers take the same
+        time an iteration; the mean of their samples is the estimate)."""
         if self.skip is not None or None in self.ready:
             return
         first = max(self.started)

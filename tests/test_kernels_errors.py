@@ -84,3 +84,18 @@ def test_config_too_big_is_does_not_fit():
         fa2.forward(q, k, v, config=cfg)
     assert info.value.resource == "shared memory" and info.value.required > info.value.limit
     assert isinstance(info.value, GpusimError)
+
+
+def test_standard_tma_store_says_what_it_needs():
+    """S through the TMA unit needs Hopper and 16-byte rows of S."""
+    q, k, v = qkv()
+    from kernels.common import interpreting
+
+    hopper = CUDA and torch.cuda.get_device_capability()[0] >= 9 and not interpreting()
+    if not hopper:
+        with pytest.raises(UnsupportedAlgorithm, match="Hopper"):
+            standard.forward(q, k, v, tma_store=True)
+    else:
+        q, k, v = qkv(seqlen_q=30)
+        with pytest.raises(InvalidProblem, match="multiple of 8"):
+            standard.forward(q, k, v, tma_store=True)

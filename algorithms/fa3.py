@@ -31,7 +31,7 @@ from .ops import (TMA, Alu, Arrive, Exp, Item, Load, Loop, Mma, MmaWait, StepLat
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule,
                        head_layout)
-from .smem import MBARRIER_BYTES, check_fits_block
+from .smem import MAX_REGISTERS_PER_THREAD, MBARRIER_BYTES, check_fits_block
 
 WGMMA_M = 64  # one warpgroup's wgmma covers 64 rows
 # The register file the kernel divides among its threads at launch (setmaxnreg
@@ -159,7 +159,8 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     # (maxnreg 168 for 384 threads in kernels/fa3_gluon.py), which setmaxnreg
     # then moves from the producer to the consumers: one CTA an SM, whatever
     # the consumers need (their average had let two D = 64 CTAs share an SM)
-    regs = REGISTERS_PER_SM // cfg.threads // REGISTER_GRANULE * REGISTER_GRANULE
+    regs = min(MAX_REGISTERS_PER_THREAD,
+               REGISTERS_PER_SM // cfg.threads // REGISTER_GRANULE * REGISTER_GRANULE)
     launch = Launch("fa3_fwd", n_qb * bh, cfg.threads, smem_bytes(p, cfg), regs, program,
                     **head_layout(n_qb, bh, lambda t: q_block_key(launch_order(t))))
     tensors = attention_tensors(p, out_e)

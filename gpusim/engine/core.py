@@ -198,9 +198,9 @@ class _Role:
 class _Cta:
     __slots__ = ("sm", "barriers", "last_store", "roles", "env", "stores", "all_stored", "together")
 
-    def __init__(self, sm, barriers, env, together=None):
+    def __init__(self, sm, barriers, env):
         self.sm = sm
-        self.together = together    # a _Together for multi-role CTAs
+        self.together = None        # a _Together for multi-role CTAs (set by _run_cta)
         self.barriers = barriers
         self.last_store = 0.0
         self.roles: list[_Role] = []
@@ -546,22 +546,16 @@ class Engine:
         (standard's PV GEMM: +48% over the full simulation before).
         Returns the number of iterations done."""
         env, sm = self.env, cta.sm
-        start = env.now
         replayed = loop.memory is not None
-        work = [w * count for w in per_iteration]
-        if replayed:     # HBM work comes chunk by chunk from the replay
-            work[MISS] = work[HBM] = 0.0
-        handles = self._background(sm, start, start + count * period, work)
+        work, handles = self._skip_load(sm, per_iteration, count, period, replayed)
         hbm_bound = self._hbm_bound(per_iteration)
         done, missed = 0, 0
         for lo, hi in self._chunks(count):
             chunk_start, chunk_end = env.now, env.now + (hi - lo) * period
+            missed += self._skip_memory(loop, first, lo, hi, per_iteration, chunk_end, replayed)
             if replayed:
-                missed += self._replay_memory(loop, first + lo, hi - lo, chunk_end)
                 disturbed = yield self._skip_wait(sm, chunk_end - chunk_start)
             else:
-                self.mem.pollute(chunk_start, chunk_end, per_iteration[MISS] * (hi - lo),
-                                 per_iteration[STORE] * (hi - lo))
                 disturbed = yield env.timeout(chunk_end - chunk_start, False)
             self.events += 1
             if not disturbed:
@@ -573,15 +567,40 @@ class Engine:
                     continue
             else:
                 done = lo + (min(hi - lo, int((env.now - chunk_start) / period)) if period > 0 else 0)
-            # The rest is timed again, its loads served again: its SM and L2
-            # work stops here, and HBM's unless replayed (those tiles now sit
-            # in L2); an anonymous entry already covers its chunk.
-            for server, handle in zip(sm.units + [self.mem.l2, self.mem.hbm],
-                                      handles if not replayed else handles[:-1]):
-                server.cancel_background(handle, env.now)
+            self._stop_skip_load(sm, handles, replayed)
             break
         self._charge(role, per_iteration, done, missed if replayed else None)
         return done
+
+    def _skip_load(self, sm: _SM, per_iteration, count: int, period: float, replayed: bool):
+        """`count` skipped iterations' work as background load over their
+        window from now (HBM's comes chunk by chunk from the replay when
+        `replayed`): (the work, the background handles)."""
+        work = [w * count for w in per_iteration]
+        if replayed:
+            work[MISS] = work[HBM] = 0.0
+        now = self.env.now
+        return work, self._background(sm, now, now + count * period, work)
+
+    def _skip_memory(self, loop: Loop, first: int, lo: int, hi: int, per_iteration, until: float,
+                     replayed: bool) -> int:
+        """Skipped iterations first+lo .. first+hi through L2 by `until`: their
+        tiles replayed (declared loops), or an anonymous entry of their
+        sampled bytes. Returns the HBM bytes the replay missed (0 otherwise)."""
+        if replayed:
+            return self._replay_memory(loop, first + lo, hi - lo, until)
+        self.mem.pollute(self.env.now, until, per_iteration[MISS] * (hi - lo),
+                         per_iteration[STORE] * (hi - lo))
+        return 0
+
+    def _stop_skip_load(self, sm: _SM, handles, replayed: bool) -> None:
+        """A skip cut short: the rest is timed again, its loads served again,
+        so its SM and L2 background stops now, and HBM's unless replayed
+        (those tiles now sit in L2); an anonymous entry already covers its
+        chunk."""
+        for server, handle in zip(sm.units + [self.mem.l2, self.mem.hbm],
+                                  handles if not replayed else handles[:-1]):
+            server.cancel_background(handle, self.env.now)
 
     def _hbm_bound(self, per_iteration) -> bool:
         """HBM paces a skipped loop when all CTAs' HBM work outweighs the CTA's
@@ -646,10 +665,7 @@ class Engine:
         count = skip.count if skip.stop is None else skip.stop
         per_iteration = self._per_iteration(pair)
         replayed = loop.memory is not None
-        work = [w * count for w in per_iteration]
-        if replayed:
-            work[MISS] = work[HBM] = 0.0
-        handles = self._background(sm, env.now, env.now + count * period, work)
+        work, handles = self._skip_load(sm, per_iteration, count, period, replayed)
         hbm_bound = self._hbm_bound(per_iteration)
         done, missed = 0, 0
         for lo, hi in self._chunks(count) if count > 0 else ():
@@ -660,11 +676,7 @@ class Engine:
             chunk_start = env.now
             chunk_end = chunk_start + (hi - lo) * period
             skip.at[r] = (lo, hi, chunk_start)
-            if replayed:
-                missed += self._replay_memory(loop, first + lo, hi - lo, chunk_end)
-            else:
-                self.mem.pollute(chunk_start, chunk_end, per_iteration[MISS] * (hi - lo),
-                                 per_iteration[STORE] * (hi - lo))
+            missed += self._skip_memory(loop, first, lo, hi, per_iteration, chunk_end, replayed)
             if skip.stop is None:
                 disturbed = yield self._skip_wait(sm, chunk_end - chunk_start)
             else:
@@ -672,7 +684,7 @@ class Engine:
             self.events += 1
             if disturbed:
                 if skip.stop is None:
-                    skip.stop = max(skip.progress(k, env.now) for k in range(len(skip.at)))
+                    skip.stop = skip.furthest(env.now)
                 hi = min(hi, skip.stop)
                 rest = chunk_start + (hi - lo) * period - env.now
                 if rest > 0.0:
@@ -684,7 +696,7 @@ class Engine:
                     yield env.timeout(served - env.now)
                 if skip.stop is None and hi < count and hbm_bound and self.mem.hbm.idle(env.now):
                     # as far as any role has come or is waiting out now
-                    skip.stop = max(skip.progress(k, inf) for k in range(len(skip.at)))
+                    skip.stop = skip.furthest(inf)
                 elif skip.stop is not None and hi > skip.stop:
                     hi = skip.stop      # stopped by another role while this one waited
             done = hi
@@ -692,10 +704,8 @@ class Engine:
         skip.left -= 1
         if skip.left == 0:
             cta.together.skip = None
-        if done < count:    # the rest is timed again: its work stops here
-            for server, handle in zip(sm.units + [self.mem.l2, self.mem.hbm],
-                                      handles if not replayed else handles[:-1]):
-                server.cancel_background(handle, env.now)
+        if done < count:
+            self._stop_skip_load(sm, handles, replayed)
         self._charge(role, per_iteration, done, missed if replayed else None)
         return done
 
@@ -1097,6 +1107,11 @@ class _Skip:
         self.stop: int | None = None    # once cut short: the count every role skips
         self.at: list = [None] * roles  # per role: (lo, hi, start) of its chunk, or its count once done
         self.left = roles               # roles yet to finish
+
+    def furthest(self, now: float) -> int:
+        """The most iterations any role has waited out by `now` (inf: is
+        committed to): where a skip cut short stops for every role."""
+        return max(self.progress(k, now) for k in range(len(self.at)))
 
     def progress(self, role: int, now: float) -> int:
         """Iterations role `role` has waited out by `now` (now = inf: those it

@@ -31,7 +31,6 @@ h100.toml with its sources.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as _dt
 import math
 import os
@@ -46,6 +45,7 @@ import traceback
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
+from algorithms.errors import ResultsFileError  # noqa: E402
 from kernels.provenance import write_csv_atomic  # noqa: E402
 
 DEFAULT_CSV = os.path.join(ROOT, "experiments", "results", "calibration_h100.csv")
@@ -1385,11 +1385,6 @@ def cmd_run(args) -> int:
     return 0
 
 
-def read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def print_summary(rows):
     print(f"{'bench':<22} {'param':<28} {'value':>12} unit")
     for row in rows:
@@ -1734,7 +1729,9 @@ def from_profile_check(path):
 
 
 def cmd_profile(args) -> int:
-    rows = read_csv(args.csv)
+    from gpusim.artifacts import read_csv_rows   # (CPU side: `run` on the GPU machine needs no gpusim)
+
+    rows = read_csv_rows(args.csv)
     m = write_profile(rows, args.out)
     from_profile_check(args.out)
     print(f"wrote {args.out}: {len(m)} measured keys")
@@ -1760,7 +1757,11 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=DEFAULT_PROFILE)
     p.set_defaults(func=cmd_profile)
     args = ap.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ResultsFileError as e:
+        print(f"calibrate: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -136,8 +136,6 @@ def _fa3_fp8_fwd(Q, K, VT, QS, KS, VS, O, LSE, qk_scale, n_q, n_kv, causal_off, 
     store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
 
 
-
-
 def _require_hopper(device):
     if interpreting() or not torch.cuda.is_available() or device.type != "cuda":
         raise UnsupportedAlgorithm("fa3 needs a Hopper GPU (sm_90: TMA and wgmma); no CUDA device here")

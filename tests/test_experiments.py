@@ -129,3 +129,18 @@ def test_roofline_cli(tmp_path, capsys):
     assert main([*argv, "--no-sim"]) == 0
     rows = _rows(tmp_path / "roofline_b1-h2-n256-d64-bf16.csv")
     assert all(r["bytes_source"] == "compulsory" for r in rows if r["applicable"] == "1")
+
+
+@pytest.mark.parametrize("content, needle", [(None, "cannot read"),
+                                             (b"\x80\x81\xff\xfe", "not a readable CSV")])
+def test_calibrate_profile_bad_csv_is_one_line_and_exit_2(tmp_path, capsys, content, needle):
+    from experiments import calibrate   # (imports the kernels' provenance helpers: inside the test)
+
+    csv_path = tmp_path / "calibration.csv"
+    if content is not None:
+        csv_path.write_bytes(content)
+    out = tmp_path / "measured.toml"
+    assert calibrate.main(["profile", "--csv", str(csv_path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("calibrate: ") and needle in err, err
+    assert not out.exists()

@@ -90,6 +90,17 @@ if interpreting():
     _fix_interpreter_scalar_index()
 
 
+def require_hopper(device, what: str, needs: str = "TMA and wgmma") -> None:
+    """UnsupportedAlgorithm (one line) unless `device` is a Hopper GPU (sm_90),
+    run compiled: `what` needs its `needs`."""
+    if interpreting() or not torch.cuda.is_available() or device.type != "cuda":
+        raise UnsupportedAlgorithm(f"{what} needs a Hopper GPU (sm_90: {needs}); "
+                                   f"no CUDA device here, or the Triton interpreter")
+    cap = torch.cuda.get_device_capability(device)
+    if cap[0] != 9:
+        raise UnsupportedAlgorithm(f"{what} needs a Hopper GPU (sm_90: {needs}), got sm_{cap[0]}{cap[1]}")
+
+
 def is_hopper(device=None) -> bool:
     """True on sm_90 (H100/H200): wgmma and TMA are available."""
     if interpreting() or not torch.cuda.is_available():

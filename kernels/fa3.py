@@ -35,10 +35,10 @@ import torch
 import triton
 import triton.language as tl
 
-from algorithms.errors import InvalidProblem, UnsupportedAlgorithm
+from algorithms.errors import InvalidProblem
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
-from .common import (LOG2E, ensure_tma_allocator, interpreting, launch, problem_of, resolve_config,
+from .common import (LOG2E, ensure_tma_allocator, launch, problem_of, require_hopper, resolve_config,
                      resolve_scale)
 from .online_softmax import kv_block_range, mask_scores, softmax_update, store_output
 
@@ -136,14 +136,6 @@ def _fa3_fp8_fwd(Q, K, VT, QS, KS, VS, O, LSE, qk_scale, n_q, n_kv, causal_off, 
     store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
 
 
-def _require_hopper(device):
-    if interpreting() or not torch.cuda.is_available() or device.type != "cuda":
-        raise UnsupportedAlgorithm("fa3 needs a Hopper GPU (sm_90: TMA and wgmma); no CUDA device here")
-    cap = torch.cuda.get_device_capability(device)
-    if cap[0] != 9:
-        raise UnsupportedAlgorithm(f"fa3 needs a Hopper GPU (sm_90: TMA and wgmma), got sm_{cap[0]}{cap[1]}")
-
-
 def _use_warp_spec(cfg: TileConfig) -> bool:
     # the producer warpgroup of the config is Triton's own partition: ask for
     # warp specialisation whenever the config has more than one warpgroup
@@ -159,7 +151,7 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     * consumer_warpgroups compute warps when warp specialisation is on, since
     Triton adds the producer partition's warps itself."""
     problem = problem_of(q, k, v, causal)
-    _require_hopper(q.device)
+    require_hopper(q.device, "fa3")
     cfg = resolve_config("fa3", problem, config, q.device)
     scale = resolve_scale(sm_scale, problem.head_dim)
     ensure_tma_allocator()
@@ -209,7 +201,7 @@ def forward_fp8(q, k, v, *, causal=False, config: TileConfig | None = None, sm_s
     q, block_n for k and v). Returns O in out_dtype."""
     if q.dtype in (torch.bfloat16, torch.float16):
         problem = problem_of(q, k, v, causal)
-        _require_hopper(q.device)
+        require_hopper(q.device, "fa3")
         cfg = resolve_config("fa3", problem.with_(dtype="fp8"), config, q.device)
         out_dtype = q.dtype
         q8, qs = quantize_fp8(q, cfg.block_m)
@@ -226,7 +218,7 @@ def forward_fp8(q, k, v, *, causal=False, config: TileConfig | None = None, sm_s
         if any(bool((t <= 0).any()) for t in (qs, ks, vs)):
             raise InvalidProblem("forward_fp8: every scale must be positive (as quantize_fp8 returns)")
         problem = problem_of(q8, k8, k8, causal, dtypes=(FP8,))
-        _require_hopper(q.device)
+        require_hopper(q.device, "fa3")
         cfg = resolve_config("fa3", problem, config, q.device)
     if problem.head_dim < 32:
         raise InvalidProblem(f"forward_fp8 needs head_dim >= 32 (fp8 wgmma K step), got {problem.head_dim}")

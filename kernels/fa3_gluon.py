@@ -50,7 +50,7 @@ import triton
 from algorithms.errors import InvalidConfig, InvalidProblem, UnsupportedAlgorithm
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
-from .common import LOG2E, interpreting, launch, problem_of, resolve_scale
+from .common import LOG2E, launch, problem_of, require_hopper, resolve_scale
 
 try:  # Gluon ships with Triton >= 3.5; importing it needs no GPU
     from triton.experimental import gluon
@@ -342,11 +342,7 @@ def _check(problem: AttentionProblem, cfg: TileConfig) -> None:
 def _require_hopper(device):
     if not HAVE_GLUON:
         raise UnsupportedAlgorithm("fa3_gluon needs triton.experimental.gluon (Triton >= 3.5)")
-    if interpreting() or not torch.cuda.is_available() or device.type != "cuda":
-        raise UnsupportedAlgorithm("fa3_gluon needs a Hopper GPU (sm_90); Gluon has no interpreter")
-    cap = torch.cuda.get_device_capability(device)
-    if cap[0] != 9:
-        raise UnsupportedAlgorithm(f"fa3_gluon needs a Hopper GPU (sm_90), got sm_{cap[0]}{cap[1]}")
+    require_hopper(device, "fa3_gluon", "TMA and wgmma; Gluon has no interpreter")
 
 
 def _layout(block, torch_dtype):

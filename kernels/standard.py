@@ -26,10 +26,10 @@ import triton
 import triton.language as tl
 
 from algorithms.defaults import softmax_num_warps
-from algorithms.errors import InvalidProblem, UnsupportedAlgorithm
+from algorithms.errors import InvalidProblem
 from algorithms.problem import TileConfig, cdiv
 
-from .common import ensure_tma_allocator, interpreting, launch, problem_of, resolve_config, resolve_scale
+from .common import ensure_tma_allocator, launch, problem_of, require_hopper, resolve_config, resolve_scale
 
 
 @triton.jit
@@ -117,9 +117,7 @@ def _plan(q, k, v, causal, config, sm_scale, tma_store):
     e = q.element_size()
     tma = bool(tma_store)
     if tma:
-        if interpreting() or not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] < 9:
-            raise UnsupportedAlgorithm("tma_store=True needs a Hopper GPU (TMA), not the "
-                                       "interpreter or an older GPU")
+        require_hopper(q.device, "standard with tma_store=True", "TMA")
         if nkv % 8:
             raise InvalidProblem(f"tma_store=True needs N_kv a multiple of 8 (16-byte rows of S), "
                                  f"got {nkv}")

@@ -1,4 +1,6 @@
-"""Attention problems, tile configs and the schedules of the four algorithms.
+"""Attention problems, tile configs and the schedules of the four algorithms
+(and of one kernel that runs none of them exactly: fa3_triton, Triton 3.6's
+build of kernels/fa3.py).
 
 `build(algo, problem, config)` returns a Schedule: per-CTA programs of tile
 operations that both the accounting (algorithms.accounting) and the simulator
@@ -6,16 +8,18 @@ operations that both the accounting (algorithms.accounting) and the simulator
 """
 from __future__ import annotations
 
-from . import fa1, fa2, fa3, standard
-from .defaults import ALGORITHMS, default_config
+from . import fa1, fa2, fa3, fa3_triton, standard
+from .defaults import ALGORITHMS, SCHEDULES, default_config
 from .errors import (DoesNotFit, GpusimError, InvalidConfig, InvalidProblem, ProfileError,
                      UnsupportedAlgorithm)
 from .problem import AttentionProblem, TileConfig
 from .schedule import Schedule
 
-_MODULES = {"standard": standard, "fa1": fa1, "fa2": fa2, "fa3": fa3}
+_MODULES = {"standard": standard, "fa1": fa1, "fa2": fa2, "fa3": fa3, "fa3_triton": fa3_triton}
 # Algorithms whose kernels run fp8 inputs; the others take fp16/bf16 only.
-FP8_ALGORITHMS = ("fa3",)
+FP8_ALGORITHMS = ("fa3", "fa3_triton")
+# Hopper-only: wgmma and TMA (a producer warpgroup, or descriptor loads)
+HOPPER_ONLY = ("fa3", "fa3_triton")
 
 
 def module(algo: str):
@@ -23,7 +27,7 @@ def module(algo: str):
         return _MODULES[algo]
     except KeyError:
         raise UnsupportedAlgorithm(
-            f"unknown algorithm {algo!r}; choose one of {', '.join(ALGORITHMS)}") from None
+            f"unknown algorithm {algo!r}; choose one of {', '.join(SCHEDULES)}") from None
 
 
 def check(algo: str, problem: AttentionProblem, config: TileConfig, smem_limit: int) -> None:
@@ -32,7 +36,7 @@ def check(algo: str, problem: AttentionProblem, config: TileConfig, smem_limit: 
     mod = module(algo)
     if problem.dtype == "fp8" and algo not in FP8_ALGORITHMS:
         raise UnsupportedAlgorithm(f"{algo} has no fp8 kernel; fp8 runs with {', '.join(FP8_ALGORITHMS)}")
-    if algo != "fa3" and config.num_warps & (config.num_warps - 1):
+    if algo not in HOPPER_ONLY and config.num_warps & (config.num_warps - 1):
         raise InvalidConfig(f"{algo}: Triton needs num_warps to be a power of two, got {config.num_warps}")
     mod.check(problem, config, smem_limit)
 
@@ -50,6 +54,6 @@ def build(algo: str, problem: AttentionProblem, config: TileConfig | None = None
     return mod.build(problem, cfg)
 
 
-__all__ = ["ALGORITHMS", "AttentionProblem", "TileConfig", "Schedule", "build", "check",
+__all__ = ["ALGORITHMS", "SCHEDULES", "AttentionProblem", "TileConfig", "Schedule", "build", "check",
            "default_config", "module", "DoesNotFit", "GpusimError", "InvalidConfig",
            "InvalidProblem", "ProfileError", "UnsupportedAlgorithm"]

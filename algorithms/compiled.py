@@ -1,15 +1,22 @@
-"""What the compiler made of our Triton fa2 kernel for sm_90 (H100/H200), for
-its schedule: registers per thread and register spills read off cross-compiled binaries by
-experiments/triton_smem_probe.py (experiments/results/triton_smem_fa2.csv,
-no GPU, no timing). Above all with 4 warps and block_m = 128 at head dim 128
-(also some D = 64 and D = 256 configs), ptxas runs out of its 255 registers
-and a thread stores and reloads hundreds of bytes (up to ~1.5 KB) of its
-accumulators to its stack in every loop iteration. That local memory traffic
-mostly misses L1 (ncu: experiments/spill_counters.py, 0.5-40% of the reloads
-hit) and the model sends all of it to L2.
+"""What the compiler made of our Triton kernels for sm_90 (H100/H200), for
+their schedules, read off cross-compiled binaries by
+experiments/triton_smem_probe.py (experiments/results/triton_smem_fa2.csv and
+triton_smem_fa3.csv; no GPU, no timing):
+- registers per thread (they decide how many CTAs share an SM);
+- fa2's register spills: above all with 4 warps and block_m = 128 at head
+  dim 128 (also some D = 64 and D = 256 configs), ptxas runs out of its 255
+  registers and a thread stores and reloads hundreds of bytes (up to ~1.5 KB)
+  of its accumulators to its stack in every loop iteration. That local memory
+  traffic mostly misses L1 (ncu: experiments/spill_counters.py, 0.5-40% of
+  the reloads hit) and the model sends all of it to L2;
+- the instructions a warp issues per trip of the unmasked and of the masked
+  K/V loop besides its wgmma (kernels/sass.py): the softmax, the masks, the
+  address arithmetic and the copies' bookkeeping, which the schedules charge
+  to the SM's issue slots.
 
-Configs the table lacks, and fp8, get no spills and the schedule's register
-estimate (the table is bf16; fp16 has the same register allocation as bf16)."""
+Configs the tables lack get no spills and the schedules' estimates (the tables
+are bf16, and fp8 for Triton's fa3; fp16 compiles to the same code but for its
+conversions)."""
 from __future__ import annotations
 
 import csv
@@ -20,8 +27,8 @@ from dataclasses import dataclass
 
 from .problem import AttentionProblem, TileConfig
 
-TABLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                     "experiments", "results", "triton_smem_fa2.csv")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "experiments", "results")
 SIXTEEN_BIT = ("bf16", "fp16")
 
 
@@ -39,42 +46,73 @@ class Spills:
         return self.store_bytes + self.load_bytes
 
 
-@functools.lru_cache(maxsize=1)
-def _fa2_table() -> dict:
-    """(block_m, block_n, num_warps, num_stages, head_dim, causal) -> (Spills
-    or None, registers per thread or None)."""
+@dataclass(frozen=True)
+class Compiled:
+    """One probed config: registers per thread, SMEM Triton allocates, spills
+    (None: none recorded) and non-tensor instructions a warp issues per trip
+    of the unmasked and the masked loop (None where the probe has no count)."""
+
+    registers: int | None
+    smem_bytes: int | None
+    spills: Spills | None
+    issue: int | None
+    issue_masked: int | None
+
+
+NOTHING = Compiled(None, None, None, None, None)
+
+
+def _int_or_none(row: dict, key: str) -> int | None:
+    v = row.get(key)
+    return int(v) if v not in (None, "") else None
+
+
+@functools.lru_cache(maxsize=2)
+def _table(name: str) -> dict:
+    """(block_m, block_n, num_warps, num_stages, head_dim, causal, dtype) ->
+    Compiled, from experiments/results/triton_smem_<name>.csv."""
+    path = os.path.join(RESULTS, f"triton_smem_{name}.csv")
     table = {}
-    if not os.path.exists(TABLE):
-        warnings.warn(f"{TABLE} is missing: fa2 predictions run without register spills "
-                      f"(regenerate it with experiments/triton_smem_probe.py)")
+    if not os.path.exists(path):
+        warnings.warn(f"{path} is missing: {name} predictions run on estimates of registers, "
+                      f"spills and instructions (regenerate it with experiments/triton_smem_probe.py)")
         return table
-    with open(TABLE, newline="") as f:
+    with open(path, newline="") as f:
         for r in csv.DictReader(f):
-            key = tuple(int(r[k]) for k in ("block_m", "block_n", "num_warps", "num_stages",
-                                             "head_dim", "causal"))
+            key = (*(int(r[k]) for k in ("block_m", "block_n", "num_warps", "num_stages",
+                                          "head_dim", "causal")), r.get("dtype") or "bf16")
             spills = None
             if r.get("spill_store_bytes_per_iter"):
                 spills = Spills(int(r["stack_bytes"] or 0), int(r["spill_store_bytes_per_iter"]),
                                 int(r["spill_load_bytes_per_iter"]))
-            table[key] = (spills, int(r["n_regs"]) if r.get("n_regs") else None)
+            table[key] = Compiled(_int_or_none(r, "n_regs"), _int_or_none(r, "smem_bytes"), spills,
+                                  _int_or_none(r, "issue_per_iter"),
+                                  _int_or_none(r, "issue_per_iter_masked"))
     return table
 
 
-def _fa2_row(problem: AttentionProblem, cfg: TileConfig) -> tuple:
-    if problem.dtype not in SIXTEEN_BIT:
-        return (None, None)
-    key = (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, problem.head_dim,
-           int(problem.causal))
-    return _fa2_table().get(key, (None, None))
+def compiled(kernel: str, problem: AttentionProblem, launch_warps: int, cfg: TileConfig) -> Compiled:
+    """What the probe recorded for `kernel` ("fa2" or "fa3", the Triton
+    kernels) at this config launched with `launch_warps` warps; NOTHING for
+    configs it did not compile. fp16 reads the bf16 rows (the same code but
+    for its conversions)."""
+    dtype = "bf16" if problem.dtype in SIXTEEN_BIT else problem.dtype
+    key = (cfg.block_m, cfg.block_n, launch_warps, cfg.num_stages, problem.head_dim,
+           int(problem.causal), dtype)
+    return _table(kernel).get(key, NOTHING)
+
+
+def fa2_compiled(problem: AttentionProblem, cfg: TileConfig) -> Compiled:
+    return compiled("fa2", problem, cfg.num_warps, cfg)
 
 
 def fa2_spills(problem: AttentionProblem, cfg: TileConfig) -> Spills | None:
     """The fa2 kernel's spill traffic for this config on sm_90, or None where
     the probe has no row."""
-    return _fa2_row(problem, cfg)[0]
+    return fa2_compiled(problem, cfg).spills
 
 
 def fa2_registers(problem: AttentionProblem, cfg: TileConfig) -> int | None:
     """Registers per thread ptxas gave the fa2 kernel for this config on sm_90
     (they decide how many CTAs share an SM), or None where the probe has no row."""
-    return _fa2_row(problem, cfg)[1]
+    return fa2_compiled(problem, cfg).registers

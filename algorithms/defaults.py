@@ -9,6 +9,10 @@ from .errors import UnsupportedAlgorithm
 from .problem import AttentionProblem, TileConfig
 
 ALGORITHMS = ("standard", "fa1", "fa2", "fa3")
+# Schedules of particular kernels besides the four algorithms': kernels/fa3.py
+# as Triton 3.6 compiles it (no warp specialisation on sm_90; algorithms/fa3_triton.py)
+KERNEL_SCHEDULES = ("fa3_triton",)
+SCHEDULES = ALGORITHMS + KERNEL_SCHEDULES
 
 
 def softmax_num_warps(seqlen_kv: int) -> int:
@@ -26,6 +30,17 @@ def softmax_num_warps(seqlen_kv: int) -> int:
 def fa3_num_warps(consumer_warpgroups: int) -> int:
     """FA3 CTAs hold one producer warpgroup plus the consumer warpgroups."""
     return 4 * (1 + consumer_warpgroups)
+
+
+def fa3_triton_warps(cfg: TileConfig, fp8: bool = False) -> int:
+    """Warps kernels/fa3.py launches for a config whose num_warps counts FA3's
+    producer warpgroup. Triton 3.6 builds no producer on sm_90
+    (kernels/NOTES.md), so the bf16/fp16 kernel asks for num_warps - 4 when
+    the config has more than two warpgroups, and the fp8 kernel for 8 warps
+    from 8 up, else 4."""
+    if fp8:
+        return 8 if cfg.num_warps >= 8 else 4
+    return cfg.num_warps - 4 if cfg.num_warps > 8 else cfg.num_warps
 
 
 def default_config(algo: str, problem: AttentionProblem, hopper: bool = True) -> TileConfig:
@@ -49,11 +64,11 @@ def default_config(algo: str, problem: AttentionProblem, hopper: bool = True) ->
             return TileConfig(block_m=128, block_n=64, num_warps=8,
                               num_stages=3 if hopper else 2)
         return TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
-    if algo == "fa3":
+    if algo in ("fa3", "fa3_triton"):
         # 3 stages measured 4-14% faster than 2 at D=128 on the H100, and
         # block_n 64 best at D=64 (kernels/NOTES.md, experiments/results/kernels_tune1.csv).
         block_n = 128 if d == 128 else 64
         stages = 2 if d > 128 else 3  # D=256: Q + 3 stages of 64-row K/V exceed 227 KB
         return TileConfig(block_m=128, block_n=block_n, num_warps=fa3_num_warps(2),
                           num_stages=stages, mma="wgmma", consumer_warpgroups=2)
-    raise UnsupportedAlgorithm(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGORITHMS)}")
+    raise UnsupportedAlgorithm(f"unknown algorithm {algo!r}; choose one of {', '.join(SCHEDULES)}")

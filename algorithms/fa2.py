@@ -11,10 +11,11 @@ reloads its spilled registers through L2 (algorithms/compiled.py).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
-from .compiled import fa2_registers, fa2_spills
-from .ops import Alu, Exp, Load, Mma, MmaWait, StepLatency, Store, Tile
+from .compiled import NOTHING, Compiled, fa2_compiled
+from .ops import CP_ASYNC, TMA, Alu, Exp, Load, Mma, MmaWait, StepLatency, Store, Tile, Wait
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule, TensorSpec,
                        head_layout, pipelined_loop, plain_load)
@@ -99,7 +100,7 @@ def locate_q_block(problem: AttentionProblem, cfg: TileConfig, cta: int):
 
 @lru_cache(maxsize=256)   # ops are immutable: one tuple serves every step alike
 def step_ops(dtype: str, mma: str, rows: int, block_n: int, head_dim: int, replicas: int = 1,
-             masked: bool = False) -> tuple:
+             masked: bool = False, issued: int | None = None) -> tuple:
     """One warpgroup's share of a K/V step: its `rows` of S = Q Kᵀ (Q from
     SMEM), the online softmax on them, the chain's latency, and O += P V (P
     in registers) over its share of the head dim (all of it unless
@@ -110,12 +111,23 @@ def step_ops(dtype: str, mma: str, rows: int, block_n: int, head_dim: int, repli
     {pendings = 0} right after Q Kᵀ, P V left running): the wait after
     the next step's Q Kᵀ also waits for this step's P V, which meanwhile
     overlaps the next step's wait for its K/V tiles. On GPUs without wgmma
-    the engine runs them synchronously (mma.sync)."""
+    the engine runs them synchronously (mma.sync).
+
+    issued: the thread-instructions the warpgroup issues per step besides
+    its wgmma, from the compiled loop (algorithms/compiled.py), charged to
+    the SM's issue slots beside the exp2s; without it, an estimate from the
+    softmax's arithmetic alone (ALU_PER_SCORE...). The compiled loops issue
+    more: 64x32 blocks with 4 warps at D = 64 issue 184 instructions a warp
+    and step, 5.7 a score, against the estimate's 4 + 2 for the rescale,
+    and a masked step 50-80% more than an unmasked one, against 25%."""
     cols = head_dim // replicas
     scores = rows * block_n
-    alu = scores * ALU_PER_SCORE + rows * cols * ALU_PER_ACC
-    if masked:
-        alu += scores * ALU_PER_MASKED_SCORE
+    if issued is None:
+        alu = scores * ALU_PER_SCORE + rows * cols * ALU_PER_ACC
+        if masked:
+            alu += scores * ALU_PER_MASKED_SCORE
+    else:
+        alu = issued
     return (Mma(rows, block_n, head_dim, dtype, mma, instr_n=block_n // replicas, is_async=True),
             MmaWait(0),                              # S, and the previous step's P V
             Exp(scores + rows, alu_flops=alu),      # P = exp2(S - m), alpha
@@ -127,15 +139,43 @@ def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
     return triton_fa_smem_bytes(problem, cfg)
 
 
+@dataclass(frozen=True)
+class Variant:
+    """How a kernel with fa2's structure is built: the schedule's and the
+    launch's names, the copy engine filling its K/V ring (and bringing Q),
+    and, for Triton's fp8 fa3, one loop over blocks that are all masked
+    whose P V each step waits for (it descales the product before adding it
+    to O)."""
+
+    name: str = "fa2"
+    launch: str = "fa2_fwd"
+    engine: str = CP_ASYNC
+    fp8_steps: bool = False
+
+
+FA2 = Variant()
+
+
 def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Schedule:
-    """hopper: the sm_90 build of the kernel, whose register spills (from its
-    cubin: algorithms/compiled.py) each iteration stores and reloads through L2.
+    """hopper: the sm_90 build of the kernel, whose registers, register spills
+    (each iteration stores and reloads them through L2) and instructions per
+    step come from its cubin (algorithms/compiled.py).
 
     Each warpgroup is a role: with 8 warps the two run their own dependent
     chains (wgmma, softmax, wgmma) between the loop's per-iteration barriers,
     so one's softmax can overlap the other's products (calibrate.py dot_chain,
     128x64 with 8 warps: 0.92 µs a step against 1.03 µs for the same tile
     with 4 warps, at one CTA per SM)."""
+    # what ptxas made of the sm_90 build (probe table); the sm_80 one differs
+    # (mma.sync, no wgmma) and runs on the estimates
+    return build_variant(problem, cfg, fa2_compiled(problem, cfg) if hopper else NOTHING, FA2)
+
+
+def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled,
+                  variant: Variant) -> Schedule:
+    """A kernel with fa2's grid, loops and warps (cfg.num_warps as launched),
+    as `variant` says; `compiled`: its registers, spills and instructions per
+    step (NOTHING: estimates)."""
     p, e, d = problem, problem.elem_bytes, problem.head_dim
     bm, bn = cfg.block_m, cfg.block_n
     n_qb = cdiv(p.seqlen_q, bm)
@@ -146,11 +186,15 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
     # a role's rows of S (all of them when its warpgroup replicates S)
     role_rows = bm * reps // roles
     n_kv = p.seqlen_kv
-    spills = fa2_spills(p, cfg) if hopper else None
+    spills = compiled.spills
     spilling = spills is not None and spills.bytes > 0
+    lanes = role_warps * 32     # a role's threads: each instruction a warp issues is 32 lanes' work
+    tma = variant.engine == TMA
 
     def part(tile: Tile, nbytes: int, k: int):
-        """Role k's share of a tile every thread copies a part of."""
+        """Role k's share of a tile every thread copies a part of (a TMA copy
+        is one thread's, of the whole tile: the model splits it among the
+        roles all the same, which changes when its bytes arrive by little)."""
         if roles == 1:
             return tile, nbytes
         # tile._replace(col=k), spelled out: _replace is several times slower,
@@ -159,7 +203,8 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
 
     def program(cta: int) -> CtaProgram:
         qb, b, h, kvh, rows_q, trips = locate_q_block(p, cfg, cta)
-        n_full = first_masked_block(p, cfg, qb, trips)
+        # Triton's fp8 fa3 has one loop, every block masked
+        n_full = 0 if variant.fp8_steps else first_masked_block(p, cfg, qb, trips)
         # Spilled registers live in the CTA's local memory (its threads'
         # stacks), which L1 keeps poorly: ncu counts 40% (128x64 w4) and 0.5%
         # (128x128 w4) of those loads hitting L1 (spill_counters_h100.csv).
@@ -183,7 +228,15 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
                 return ops
 
             def compute_of(j: int):
-                step = step_ops(p.dtype, cfg.mma, role_rows, bn, d, reps, block_is_masked(p, cfg, qb, j))
+                masked = variant.fp8_steps or block_is_masked(p, cfg, qb, j)
+                # the fp8 kernel's one loop is its first (kernels/sass.py)
+                per_warp = compiled.issue_masked if masked and not variant.fp8_steps else compiled.issue
+                step = step_ops(p.dtype, cfg.mma, role_rows, bn, d, reps, masked,
+                                None if per_warp is None else per_warp * lanes)
+                if variant.fp8_steps:
+                    # O = O·alpha + (P V)·s_v needs P V now (SASS: a
+                    # WARPGROUP.DEPBAR right after the product)
+                    step = [*step, MmaWait(0)]
                 if not spilling:
                     return step
                 # registers spilled and reloaded: not while P V still owns its
@@ -194,41 +247,46 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
             def key_of(j: int):
                 return block_is_masked(p, cfg, qb, j), min(bn, p.seqlen_kv - j * bn)
 
+            q_tile = part(Tile("Q", b, h, qb), rows_q * d * e, k)
+            if tma:   # a descriptor load: the copy signals an mbarrier the warps wait on
+                bring_q = [Load(*q_tile, TMA, (f"q.{k}",)), Wait(f"q.{k}")]
+            else:
+                bring_q = [plain_load(*q_tile)]
             # The kernel's two loops (kernels/fa2.py): the unmasked blocks, then
             # the masked ones (causal diagonal, key tail). Triton pipelines
             # each on its own: the first drains (waits for its last P V and
             # copies) and the second fills its stages afresh (TTGIR, sm_90
             # and sm_80 alike), so a causal CTA waits out one more load.
-            items = [plain_load(*part(Tile("Q", b, h, qb), rows_q * d * e, k)),
+            items = [*bring_q,
                      *pipelined_loop("kv", n_full, loads_of, compute_of, cfg.num_stages, key_of,
-                                     spill_traffic, role=k, roles=roles),
+                                     spill_traffic, role=k, roles=roles, engine=variant.engine),
                      MmaWait(0),                                     # the first loop's last P V
                      *pipelined_loop("kv_masked", trips - n_full, lambda j: loads_of(n_full + j),
                                      lambda j: compute_of(n_full + j), cfg.num_stages,
                                      lambda j: key_of(n_full + j),
                                      lambda j: spill_traffic(n_full + j),
-                                     role=k, roles=roles),
+                                     role=k, roles=roles, engine=variant.engine),
                      MmaWait(0),                                     # the last P V
                      Alu(bm * d * ALU_EPILOGUE_PER_OUT // roles),
-                     Store(*part(Tile("O", b, h, qb), rows_q * d * e, k)),
+                     Store(*part(Tile("O", b, h, qb), rows_q * d * p.out_elem_bytes, k)),
                      Store(*part(Tile("LSE", b, h, qb), rows_q * ACC_BYTES, k))]
             return Role("warps" if roles == 1 else f"warpgroup{k}", role_warps, tuple(items))
 
         return CtaProgram(tuple(role_program(k) for k in range(roles)))
 
-    smem = smem_bytes(p, cfg)
-    # the sm_90 build's own count where the probe compiled it (the estimate
-    # had 120 for 128x32 with 8 warps at D = 128, two CTAs an SM; ptxas gives
-    # 137-158, one: measured 1.5x the 4-warp config's time at N = 512-1024
-    # with 2 stages, predicted equal)
-    regs = (fa2_registers(p, cfg) if hopper else None) or registers_per_thread(
+    smem = compiled.smem_bytes or smem_bytes(p, cfg)
+    # the compiled kernel's own count where the probe has it (the estimate
+    # had 120 for fa2's 128x32 with 8 warps at D = 128, two CTAs an SM; ptxas
+    # gives 137-158, one: measured 1.5x the 4-warp config's time at N =
+    # 512-1024 with 2 stages, predicted equal)
+    regs = compiled.registers or registers_per_thread(
         cfg.threads, fp32_values=bm * d + bm * bn, packed16_values=bm * bn)
-    launch = Launch("fa2_fwd", n_qb * bh, cfg.threads, smem, regs, program,
+    launch = Launch(variant.launch, n_qb * bh, cfg.threads, smem, regs, program,
                     **head_layout(n_qb, bh, cta_cost_key(p, cfg)))
-    tensors = attention_tensors(p)
+    tensors = attention_tensors(p, p.out_elem_bytes)
     if spilling:
         tensors["local"] = TensorSpec("local", bh, n_qb, spills.stack_bytes * cfg.threads, "local")
-    return Schedule("fa2", p, cfg, (launch,), tensors)
+    return Schedule(variant.name, p, cfg, (launch,), tensors)
 
 
 def check(problem: AttentionProblem, cfg: TileConfig, smem_limit: int) -> None:

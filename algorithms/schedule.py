@@ -105,6 +105,7 @@ def pipelined_loop(
     compute_memory: Callable[[int], Sequence[Op]] | None = None,
     role: int = 0,
     roles: int = 1,
+    engine: str = CP_ASYNC,
 ) -> list[Item]:
     """A loop whose loads run ahead of its compute, as Triton's software
     pipeliner arranges it with cp.async (num_stages buffers).
@@ -123,6 +124,9 @@ def pipelined_loop(
     key_of(i): the cost label of iteration i's loads and compute (see Loop.key).
     compute_memory(i): the Loads and Stores inside compute_of(i), if any (fa2's
     register spills), for Loop.memory.
+
+    engine: the copies' engine, cp.async or TMA (Triton's descriptor loads,
+    pipelined the same way).
 
     roles > 1: this is role `role` of `roles` warpgroups sharing the loop (fa2
     with 8 warps). Every thread copies its part of each tile, so loads_of(i)
@@ -152,7 +156,7 @@ def pipelined_loop(
     issued: dict[int, int] = {}     # iteration -> its loads, counted when issued
 
     def issue(i: int) -> list[Op]:
-        loads = [Load(ld.tile, ld.nbytes, CP_ASYNC, signal) for ld in loads_of(i)]
+        loads = [Load(ld.tile, ld.nbytes, engine, signal) for ld in loads_of(i)]
         issued[i] = len(loads)
         return loads
 

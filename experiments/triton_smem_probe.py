@@ -1,9 +1,11 @@
 """Cross-compile the fa2 (and fa3) Triton kernels for sm_90 on a CPU and record
 the shared memory Triton allocates (metadata.shared), the registers per
-thread ptxas assigns and, for fa2, the register spills (stack frame, and the
+thread ptxas assigns, for fa2 the register spills (stack frame, and the
 bytes a thread stores and reloads per iteration of the hot loop, read off the
-SASS), for the grid of configs the simulator must cover. algorithms/compiled.py
-reads the spills back for the fa2 schedule.
+SASS), and the instructions a warp issues per trip of the unmasked and the
+masked K/V loop besides its wgmma (kernels/sass.py), for the grid of configs
+the simulator must cover. algorithms/compiled.py reads them back for the
+schedules.
 
     PYTHONPATH=. python experiments/triton_smem_probe.py [--jobs 2] [--quick]
 
@@ -27,20 +29,23 @@ H100_SMEM_PER_BLOCK = 232448  # bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin o
 SEQLEN = 4096  # a multiple of 16 and of every block: the launcher's common specialisation
 
 SPILL_COLUMNS = ["stack_bytes", "spill_store_bytes_per_iter", "spill_load_bytes_per_iter"]
+# non-tensor instructions a warp issues per trip of the unmasked and the masked K/V loop (SASS)
+ISSUE_COLUMNS = ["issue_per_iter", "issue_per_iter_masked"]
 COLUMNS = ["block_m", "block_n", "num_warps", "num_stages", "head_dim", "causal", "dtype",
-           "smem_bytes", "n_regs", "exceeds_h100", *SPILL_COLUMNS, "triton_version", "target", "date",
+           "smem_bytes", "n_regs", "exceeds_h100", *SPILL_COLUMNS, *ISSUE_COLUMNS, "triton_version",
+           "target", "date",
            "command"]
 
 
 def _one(args):
-    algo, bm, bn, warps, stages, d, causal = args
+    algo, bm, bn, warps, stages, d, causal, dtype = args
     from algorithms.problem import AttentionProblem, TileConfig
 
     if algo == "fa2":
         from kernels.fa2 import compiled_resources
     else:
         from kernels.fa3 import compiled_resources
-    p = AttentionProblem(batch=1, heads=16, seqlen_q=SEQLEN, head_dim=d, causal=bool(causal))
+    p = AttentionProblem(batch=1, heads=16, seqlen_q=SEQLEN, head_dim=d, causal=bool(causal), dtype=dtype)
     cfg = TileConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
     try:
         r = compiled_resources(p, cfg, target=(90,))
@@ -53,30 +58,35 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--quick", action="store_true", help="head_dim 128 only")
-    ap.add_argument("--fa3", action="store_true", help="also probe kernels.fa3")
+    ap.add_argument("--fa3", action="store_true", help="also probe kernels.fa3 (bf16 and fp8)")
+    ap.add_argument("--fa3-only", action="store_true", help="probe kernels.fa3 alone")
     ap.add_argument("--outdir", default=os.path.join("experiments", "results"))
     a = ap.parse_args(argv)
     import triton
 
-    algos = ["fa2"] + (["fa3"] if a.fa3 else [])
+    algos = (["fa2"] if not a.fa3_only else []) + (["fa3"] if a.fa3 or a.fa3_only else [])
     dims = [128] if a.quick else [64, 128, 256]
     command = "python " + " ".join(["experiments/triton_smem_probe.py"] + (argv if argv is not None else sys.argv[1:]))
     date = _dt.date.today().isoformat()
     for algo in algos:
-        grid = list(itertools.product([algo], [64, 128], [32, 64, 128], [4, 8], [1, 2, 3, 4], dims, [0, 1]))
-        if algo == "fa3":  # warp-specialised: 4 warps per warpgroup, >= 2 stages for the ring
+        # fa3: Triton's TMA kernel, bf16 and its fp8 twin, with >= 2 stages for the ring
+        dtypes = ["bf16", "fp8"] if algo == "fa3" else ["bf16"]
+        grid = list(itertools.product([algo], [64, 128], [32, 64, 128], [4, 8], [1, 2, 3, 4], dims, [0, 1],
+                                      dtypes))
+        if algo == "fa3":
             grid = [g for g in grid if g[4] >= 2]
         rows = []
         with ProcessPoolExecutor(max_workers=a.jobs) as ex:
             for n, (args, res, err) in enumerate(ex.map(_one, grid), 1):
-                _, bm, bn, warps, stages, d, causal = args
+                _, bm, bn, warps, stages, d, causal, dtype = args
                 smem, regs = res.get("smem_bytes"), res.get("n_regs")
                 rows.append({"block_m": bm, "block_n": bn, "num_warps": warps, "num_stages": stages,
-                             "head_dim": d, "causal": causal, "dtype": "bf16",
+                             "head_dim": d, "causal": causal, "dtype": dtype,
                              "smem_bytes": "" if smem is None else smem,
                              "n_regs": "" if regs is None else regs,
                              "exceeds_h100": "" if smem is None else int(smem > H100_SMEM_PER_BLOCK),
-                             **{k: "" if res.get(k) is None else res[k] for k in SPILL_COLUMNS},
+                             **{k: "" if res.get(k) is None else res[k]
+                                for k in (*SPILL_COLUMNS, *ISSUE_COLUMNS)},
                              "triton_version": triton.__version__, "target": "cuda:90",
                              "date": date, "command": command})
                 print(f"[{algo} {n}/{len(grid)}] {args[1:]} smem={smem} regs={regs} {err}",

@@ -48,6 +48,12 @@ DEFAULT_OUT = os.path.join(RESULTS, "validation_h100.csv")
 DEFAULT_NCU = os.path.join(RESULTS, "ncu_h100.csv")
 DEFAULT_REPORT = os.path.join(RESULTS, "validation_report.md")
 DEFAULT_BOUNDS = os.path.join(RESULTS, "validation_bounds.json")
+DEFAULT_GLUON = os.path.join(RESULTS, "kernels_bench_fa3_gluon.csv")
+# The schedule that replays each measured kernel, where it is not the kernel's own
+# name: Triton 3.6 does not warp-specialise kernels/fa3.py on sm_90, so it runs
+# fa2's structure with TMA copies (algorithms/fa3_triton.py), not FA3's schedule;
+# FA3's schedule is checked against kernels/fa3_gluon.py, which runs it (gluon_rows).
+KERNEL_SCHEDULE = {"fa3": "fa3_triton"}
 H100_SMEM_PER_BLOCK = 232448
 
 TOKENS, HIDDEN = 16384, 2048
@@ -585,7 +591,33 @@ def problem_config(row, path="?", lineno=0):
         if isinstance(e, ResultsFileError):
             raise
         raise ResultsFileError(f"{path}: line {lineno}: {e}") from None
-    return row["algo"], p, cfg
+    return KERNEL_SCHEDULE.get(row["algo"], row["algo"]), p, cfg
+
+
+def gluon_rows(path=DEFAULT_GLUON):
+    """The Gluon FA3 kernel's measured rows (kernels.bench CSV, ok bf16 rows of
+    kernel fa3_gluon) as validation rows of the FA3 schedule at the kernel's own
+    default config; [] without the file."""
+    if not os.path.exists(path):
+        return []
+    from kernels.fa3_gluon import default_config
+
+    out = []
+    for lineno, r in enumerate(_read(path, ("kernel", "status", "dtype", "batch", "heads", "seqlen",
+                                            "head_dim", "causal", "ms")), start=2):
+        if r["kernel"] != "fa3_gluon" or r["status"] != "ok" or r["dtype"] != "bf16":
+            continue
+        p = AttentionProblem(batch=_int(r, "batch", path, lineno), heads=_int(r, "heads", path, lineno),
+                             seqlen_q=_int(r, "seqlen", path, lineno),
+                             head_dim=_int(r, "head_dim", path, lineno),
+                             causal=bool(_int(r, "causal", path, lineno)))
+        try:
+            ms = float(r["ms"])
+        except ValueError:
+            raise ResultsFileError(f"{path}: line {lineno}: ms = {r['ms']!r} is not a number") from None
+        out.append({**r, "algo": "fa3", "kernel": "fa3_gluon", "problem": p, "config": default_config(p),
+                    "ms": ms, "default_config": True})
+    return out
 
 
 def load_measurements(path=DEFAULT_OUT):
@@ -603,7 +635,7 @@ def load_measurements(path=DEFAULT_OUT):
             raise ResultsFileError(f"{path}: line {lineno}: ms = {r['ms']!r} is not a number") from None
         if not (ms > 0 and math.isfinite(ms)):
             raise ResultsFileError(f"{path}: line {lineno}: ms = {r['ms']!r} must be positive")
-        out.append({**r, "algo": algo, "problem": p, "config": cfg, "ms": ms,
+        out.append({**r, "algo": algo, "kernel": r["algo"], "problem": p, "config": cfg, "ms": ms,
                     "default_config": r.get("default_config", "0") in ("1", "True", "true")})
     if not out:
         raise ResultsFileError(f"{path}: no row with status ok")
@@ -820,7 +852,7 @@ def _plots(profile, rows, preds, metrics, outdir):
     files = []
     fig, ax = plt.subplots(figsize=(6.5, 6))
     colors = {"standard": "tab:gray", "fa1": "tab:blue", "fa2": "tab:orange", "fa3": "tab:green",
-              "fa3_fp8": "tab:red"}
+              "fa3_triton": "tab:olive", "fa3_triton_fp8": "tab:red"}
     lo, hi = float("inf"), 0
     for lab in colors:
         pts = [(r["ms"], pr["runtime_us"] / 1e3) for r, pr in zip(rows, preds)
@@ -829,7 +861,7 @@ def _plots(profile, rows, preds, metrics, outdir):
             continue
         xs, ys = zip(*pts)
         lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
-        ax.scatter(xs, ys, s=10 if lab == "fa2" else 24, alpha=0.6, label=f"{lab} ({len(pts)})", c=colors[lab])
+        ax.scatter(xs, ys, s=10 if lab == "fa2" else 24, alpha=0.6, label=f"{lab} ({len(pts)})", c=colors.get(lab, "tab:purple"))
     if hi > 0:
         line = [lo * 0.8, hi * 1.25]
         ax.plot(line, line, "k-", lw=0.8)
@@ -882,6 +914,8 @@ def cmd_report(args) -> int:
 
     t0 = time.time()
     rows = load_measurements(args.measurements)
+    gluon = gluon_rows(args.gluon) if args.gluon else []
+    rows += gluon
     ncu_rows = []
     if os.path.exists(args.ncu):
         ncu_rows = load_ncu(args.ncu)
@@ -900,6 +934,12 @@ def cmd_report(args) -> int:
              f"{rows[0].get('torch', '?')}, triton {rows[0].get('triton', '?')}, commit "
              f"{rows[0].get('git_commit', '?')}, {rows[0].get('date', '?')}; SM clock "
              f"{rows[0].get('sm_clock_mhz', '?')} MHz (nvidia-smi at start->end).",
+             *([f"FA3's schedule (`fa3`) is checked against the kernel that runs it, kernels/fa3_gluon.py: "
+                f"{len(gluon)} rows of `{os.path.relpath(args.gluon, ROOT)}` (commit "
+                f"{gluon[0].get('git_commit', '?')}, {gluon[0].get('gpu', '?')}), at its default config. "
+                f"The rows of Triton's fa3 kernel (kernels/fa3.py), which Triton 3.6 does not "
+                f"warp-specialise, are predicted by the schedule it compiles to, `fa3_triton` "
+                f"(algorithms/fa3_triton.py)."] if gluon else []),
              "Time: `triton.testing.do_bench` median, L2 flushed between calls, inputs rotated over two "
              "random sets. No model parameter was fitted to these timings: the profiles come from "
              "datasheets, papers and our microbenchmarks (experiments/calibrate.py).", "",
@@ -1066,6 +1106,9 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", action="append", help="profile(s) to predict with (default h100 and h100.measured)")
     p.add_argument("--report", default=DEFAULT_REPORT)
     p.add_argument("--bounds", default=DEFAULT_BOUNDS)
+    p.add_argument("--gluon", default=DEFAULT_GLUON,
+                   help="kernels.bench CSV with fa3_gluon rows: FA3's schedule against the kernel that "
+                        "runs it ('' to leave them out)")
     p.add_argument("--write-bounds", action="store_true", help="store the guard subset's errors as CI bounds")
     p.add_argument("--subset", choices=("all", "headline", "guard"), default="all",
                    help="all measured rows; headline: defaults on every shape + fa2 configs at N=1024; "

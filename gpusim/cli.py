@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from algorithms.defaults import ALGORITHMS
+from algorithms.defaults import ALGORITHMS, SCHEDULES
 from algorithms.errors import GpusimError
 from algorithms.problem import DTYPE_BYTES, AttentionProblem, TileConfig
 
@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
 
     p = sub.add_parser("predict", help="predict runtime, traffic and bottleneck of one config")
-    add_problem_args(p)
+    add_problem_args(p, algo_choices=SCHEDULES)
     add_config_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (SI units)")
     p.add_argument("--compact", action="store_true", help="with --json: on one line")

@@ -79,9 +79,9 @@ class Prediction:
 
 
 def check_supported(algo: str, problem: AttentionProblem, gpu: HardwareProfile) -> None:
-    if algo == "fa3" and not (gpu.features.wgmma and gpu.features.tma):
+    if algo in algorithms.HOPPER_ONLY and not (gpu.features.wgmma and gpu.features.tma):
         raise UnsupportedAlgorithm(
-            f"fa3 needs Hopper's wgmma and TMA, which {gpu.name} lacks "
+            f"{algo} needs Hopper's wgmma and TMA, which {gpu.name} lacks "
             f"(features.wgmma={gpu.features.wgmma}, features.tma={gpu.features.tma})")
     if problem.dtype == "fp8" and not gpu.features.fp8:
         raise UnsupportedAlgorithm(f"{gpu.name} has no fp8 tensor cores (features.fp8 = false)")

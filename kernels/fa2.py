@@ -27,6 +27,7 @@ import triton.language as tl
 
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
+from . import sass
 from .common import LOG2E, launch, problem_of, resolve_config, resolve_scale
 from .online_softmax import kv_block_range, mask_scores, softmax_update, store_output
 
@@ -156,8 +157,9 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
     """Cross-compile the fa2 kernel for `target` (compute capability, e.g.
     (90,) for H100) without a GPU and report what Triton allocates:
     {"smem_bytes": metadata.shared, "n_regs": registers per thread from ptxas
-    (None if unavailable), the wgmma mix from the PTX (_wgmma_mix) and the hot
-    loop's register spill traffic from the SASS (_spills_from_cubin)}."""
+    (None if unavailable), the wgmma mix from the PTX (_wgmma_mix), the hot
+    loop's register spill traffic and the instructions a warp issues per trip
+    of the unmasked and the masked loop, from the SASS (kernels/sass.py)}."""
     from .common import interpreting
 
     if interpreting():
@@ -187,9 +189,10 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
     compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32),
                               options={"num_warps": config.num_warps,
                                        "num_stages": config.num_stages})
-    res_usage = _cuobjdump(compiled, "-res-usage")
-    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": _regs_from_cubin(compiled, res_usage),
-            **_wgmma_mix(compiled.asm.get("ptx", "")), **_spills_from_cubin(compiled, res_usage)}
+    res_usage = sass.cuobjdump(compiled, "-res-usage")
+    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": sass.registers(compiled, res_usage),
+            **_wgmma_mix(compiled.asm.get("ptx", "")), **sass.loop_spills(compiled, res_usage),
+            **sass.loop_issue_slots(compiled)}
 
 
 def _wgmma_mix(ptx: str) -> dict:
@@ -209,76 +212,6 @@ def _wgmma_mix(ptx: str) -> dict:
         return {}
     return {"qk_instr_n": max(ss), "pv_instr_n": max(rs) if rs else None,
             "qk_instrs_per_iter": len(ss) // 2, "pv_instrs_per_iter": len(rs) // 2}
-
-
-def _cuobjdump(compiled, flag: str) -> str | None:
-    """cuobjdump's output (`-res-usage`, `-sass`) for the compiled cubin, with
-    the tool Triton bundles; None without a cubin or the tool."""
-    import os
-    import subprocess
-    import tempfile
-
-    cubin = compiled.asm.get("cubin")
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    if cubin is None or not os.path.exists(tool):
-        return None
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        return subprocess.run([tool, flag, f.name], capture_output=True, text=True).stdout
-
-
-def _regs_from_cubin(compiled, res_usage: str | None = None):
-    """Registers per thread: n_regs is only filled in when a driver loads the
-    binary, so read it from the cubin's .nv.info with cuobjdump (bundled);
-    res_usage: that tool's -res-usage output, when the caller has it."""
-    import re
-
-    out = res_usage if res_usage is not None else _cuobjdump(compiled, "-res-usage")
-    m = re.search(r"REG:(\d+)", out or "")
-    return int(m.group(1)) if m else None
-
-
-def _spills_from_cubin(compiled, res: str | None) -> dict:
-    """Register spills, from the SASS: the stack frame ptxas gave a thread
-    (STACK in -res-usage) and the bytes a thread stores to and loads from it
-    (STL/LDL, 4 bytes unless a width modifier says otherwise, LDL.LU.64
-    included) in one iteration of the hot loop -- the backward branch whose
-    body holds the most HGMMA (wgmma) instructions; the unmasked loop comes
-    first. res: cuobjdump's -res-usage output. Empty without cuobjdump or
-    without such a loop (unknown, not 0)."""
-    import re
-
-    sass = _cuobjdump(compiled, "-sass")
-    if res is None or sass is None:
-        return {}
-    stack = re.search(r"STACK:(\d+)", res)
-    code = [(int(m.group(1), 16), m.group(2)) for m in
-            re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
-    at = {addr: k for k, (addr, _) in enumerate(code)}
-    best, hot = 0, []
-    for k, (addr, ins) in enumerate(code):
-        m = re.search(r"\bBRA\s+0x([0-9a-f]+)", ins)
-        target = int(m.group(1), 16) if m else None
-        if target is not None and target <= addr and target in at:
-            body = [i for _, i in code[at[target]:k + 1]]
-            wgmma = sum("HGMMA" in i for i in body)
-            if wgmma > best:
-                best, hot = wgmma, body
-
-    def nbytes(i):
-        # STL/LDL with any modifiers (.LU: last use, .U8, .S16, .64, .128)
-        width = re.search(r"\b(?:STL|LDL)(?:\.[A-Z]+)*\.(U8|S8|U16|S16|64|128)\b", i)
-        if not width:
-            return 4
-        return {"U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}[width.group(1)]
-
-    if not best:
-        return {}
-    stores = sum(nbytes(i) for i in hot if re.search(r"\bSTL\b|\bSTL\.", i))
-    loads = sum(nbytes(i) for i in hot if re.search(r"\bLDL\b|\bLDL\.", i))
-    return {"stack_bytes": int(stack.group(1)) if stack else None,
-            "spill_store_bytes_per_iter": stores, "spill_load_bytes_per_iter": loads}
 
 
 def _compile_in_subprocess(module, problem, config, target):

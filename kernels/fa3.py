@@ -35,6 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
+from algorithms.defaults import fa3_triton_warps
 from algorithms.errors import InvalidProblem
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
@@ -158,7 +159,7 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     ws = _use_warp_spec(cfg)
-    warps = cfg.num_warps - 4 if ws and cfg.num_warps > 8 else cfg.num_warps
+    warps = fa3_triton_warps(cfg)
     grid = (cdiv(problem.seqlen_q, cfg.block_m), problem.batch * problem.heads)
     launch(_fa3_fwd[grid], q, k, v, o, lse, scale * LOG2E, problem.seqlen_q, problem.seqlen_kv,
            problem.causal_offset, q.shape[0] * q.shape[1] * q.shape[2],
@@ -229,7 +230,7 @@ def forward_fp8(q, k, v, *, causal=False, config: TileConfig | None = None, sm_s
     o = torch.empty(b, h, nq, d, dtype=out_dtype, device=q8.device)
     lse = torch.empty(b, h, nq, dtype=torch.float32, device=q8.device)
     grid = (cdiv(nq, cfg.block_m), b * h)
-    warps = 8 if cfg.num_warps >= 8 else 4
+    warps = fa3_triton_warps(cfg, fp8=True)
     launch(_fa3_fp8_fwd[grid], q8, k8, v8, qs, ks, vs, o, lse, scale * LOG2E, nq, nkv,
            problem.causal_offset, b * h * nq, b * kvh * nkv, b * kvh * d,
            H=h, GROUP=h // kvh, HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
@@ -238,35 +239,46 @@ def forward_fp8(q, k, v, *, causal=False, config: TileConfig | None = None, sm_s
 
 
 def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90,)) -> dict:
-    """Cross-compile _fa3_fwd for sm_90 without a GPU: {"smem_bytes", "n_regs", "warp_specialized"}."""
+    """Cross-compile _fa3_fwd (_fa3_fp8_fwd for fp8) for sm_90 without a GPU: {"smem_bytes", "n_regs",
+    "warp_specialized", "ttgir", and the instructions a warp issues per trip of
+    the unmasked and the masked loop besides its wgmma (kernels/sass.py)}."""
     from .common import interpreting
-    from .fa2 import _compile_in_subprocess, _regs_from_cubin
+    from . import sass
+    from .fa2 import _compile_in_subprocess
 
     if interpreting():
         return _compile_in_subprocess("kernels.fa3", problem, config, target)
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    dt = {"bf16": "*bf16", "fp16": "*fp16"}[problem.dtype]
-    sig = {"Q": dt, "K": dt, "V": dt, "O": dt, "LSE": "*fp32", "qk_scale": "fp32",
-           "n_q": "i32", "n_kv": "i32", "causal_off": "i32", "n_q_rows": "i32", "n_kv_rows": "i32",
-           "H": "constexpr", "GROUP": "constexpr", "HEAD_DIM": "constexpr",
-           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "CAUSAL": "constexpr",
-           "WARP_SPEC": "constexpr"}
-    ws = _use_warp_spec(config)
-    consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": problem.head_dim,
-              "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "CAUSAL": problem.causal,
-              "WARP_SPEC": ws}
-    names = list(sig)
+    fp8 = problem.dtype == "fp8"
     ints = {"n_q": problem.seqlen_q, "n_kv": problem.seqlen_kv, "causal_off": problem.causal_offset,
             "n_q_rows": problem.batch * problem.heads * problem.seqlen_q,
             "n_kv_rows": problem.batch * problem.kv_heads * problem.seqlen_kv}
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("Q", "K", "V", "O", "LSE")}
+    consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": problem.head_dim,
+              "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "CAUSAL": problem.causal}
+    if fp8:
+        e4m3 = "*fp8e4nv"
+        sig = {"Q": e4m3, "K": e4m3, "VT": e4m3, "QS": "*fp32", "KS": "*fp32", "VS": "*fp32",
+               "O": "*bf16", "LSE": "*fp32", "qk_scale": "fp32", "n_q": "i32", "n_kv": "i32",
+               "causal_off": "i32", "n_q_rows": "i32", "n_kv_rows": "i32", "n_vt_rows": "i32"}
+        ints["n_vt_rows"] = problem.batch * problem.kv_heads * problem.head_dim
+        pointers, fn = ("Q", "K", "VT", "QS", "KS", "VS", "O", "LSE"), _fa3_fp8_fwd
+    else:
+        dt = {"bf16": "*bf16", "fp16": "*fp16"}[problem.dtype]
+        sig = {"Q": dt, "K": dt, "V": dt, "O": dt, "LSE": "*fp32", "qk_scale": "fp32",
+               "n_q": "i32", "n_kv": "i32", "causal_off": "i32", "n_q_rows": "i32", "n_kv_rows": "i32"}
+        consts["WARP_SPEC"] = _use_warp_spec(config)
+        pointers, fn = ("Q", "K", "V", "O", "LSE"), _fa3_fwd
+    sig.update({name: "constexpr" for name in consts})
+    names = list(sig)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in pointers}
     attrs.update({(names.index(n),): [["tt.divisibility", 16]] for n, val in ints.items() if val % 16 == 0})
-    warps = config.num_warps - 4 if ws and config.num_warps > 8 else config.num_warps
-    compiled = triton.compile(ASTSource(fn=_fa3_fwd, signature=sig, constexprs=consts, attrs=attrs),
+    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                               target=GPUTarget("cuda", target[0], 32),
-                              options={"num_warps": warps, "num_stages": config.num_stages})
+                              options={"num_warps": fa3_triton_warps(config, fp8),
+                                       "num_stages": config.num_stages})
     ttgir = compiled.asm.get("ttgir", "")
-    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": _regs_from_cubin(compiled),
-            "warp_specialized": "ttg.warp_specialize" in ttgir, "ttgir": ttgir}
+    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": sass.registers(compiled),
+            "warp_specialized": "ttg.warp_specialize" in ttgir, "ttgir": ttgir,
+            **sass.loop_issue_slots(compiled)}

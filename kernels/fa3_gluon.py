@@ -396,7 +396,7 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from .fa2 import _regs_from_cubin
+    from . import sass
 
     cfg = config or default_config(problem)
     _check(problem, cfg)
@@ -421,6 +421,6 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
     compiled = triton.compile(src, target=GPUTarget("cuda", target, 32),
                               options={"num_warps": 4, "maxnreg": MAXNREG})
     ttgir = compiled.asm.get("ttgir", "")
-    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": _regs_from_cubin(compiled),
+    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": sass.registers(compiled),
             "warp_specialized": "ttg.warp_specialize" in ttgir, "ttgir": ttgir,
             "ptx": compiled.asm.get("ptx", "")}

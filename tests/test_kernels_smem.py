@@ -100,3 +100,63 @@ def test_fa2_schedule_charges_spills_on_hopper_only():
         (Store, spills.store_bytes * tile.threads), (Load, spills.load_bytes * tile.threads)]
     assert ops[1].engine == LD and declared
     assert spill_ops(False) == ([], False)
+
+
+@pytest.mark.parametrize("cfg", [(64, 32, 4, 3, 64, 1), (128, 64, 8, 3, 128, 0)])
+def test_issue_counts_match_the_probe_table(cfg):
+    """The instructions per step the fa2 schedule charges (from the committed
+    probe CSV) are a live sm_90 compile's: the unmasked loop, then the masked
+    one, which issues more (its selects and compares)."""
+    pytest.importorskip("triton")
+    from algorithms.compiled import fa2_compiled
+    from kernels.fa2 import compiled_resources
+
+    bm, bn, w, s, d, c = cfg
+    problem = AttentionProblem(1, 16, 4096, d, causal=bool(c))
+    tile = TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s)
+    got = compiled_resources(problem, tile)
+    table = fa2_compiled(problem, tile)
+    assert (got["issue_per_iter"], got["issue_per_iter_masked"]) == (table.issue, table.issue_masked)
+    assert table.issue_masked > table.issue > 0
+
+
+def test_fa2_schedule_charges_the_compiled_instructions():
+    """On Hopper a step's elementwise work is the compiled loop's instructions
+    (per warp, x 32 lanes, x the role's warps), masked steps the masked loop's;
+    on Ampere (another build) the estimate from the softmax's arithmetic."""
+    import algorithms
+    from algorithms.compiled import fa2_compiled
+    from algorithms.ops import Exp, Loop, walk
+
+    problem = AttentionProblem(1, 4, 1024, 64, causal=True)
+    tile = TileConfig(block_m=64, block_n=64, num_warps=8, num_stages=3)
+    compiled = fa2_compiled(problem, tile)
+
+    def exp_alu(hopper, loop_name):
+        role = algorithms.build("fa2", problem, tile, hopper=hopper).launches[0].program(5).roles[1]
+        loop = next(it for it in role.items if isinstance(it, Loop) and it.name == loop_name)
+        return next(op.alu_flops for op in walk(loop.body(0)) if isinstance(op, Exp))
+
+    lanes = 4 * 32   # a role is one warpgroup
+    assert exp_alu(True, "kv") == compiled.issue * lanes
+    assert exp_alu(True, "kv_masked") == compiled.issue_masked * lanes
+    assert exp_alu(False, "kv") not in (compiled.issue * lanes, compiled.issue_masked * lanes)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_fa3_triton_probe_rows_match_a_live_compile(dtype):
+    """triton_smem_fa3.csv (the fa3_triton schedule's registers, SMEM and
+    instructions) is what kernels/fa3.py compiles to, bf16 and fp8; the fp8
+    kernel has one loop, every block masked."""
+    pytest.importorskip("triton")
+    from algorithms.compiled import compiled
+    from kernels.fa3 import compiled_resources
+
+    problem = AttentionProblem(1, 16, 4096, 64, causal=True, dtype=dtype)
+    tile = TileConfig(block_m=128, block_n=128, num_warps=8, num_stages=2)
+    got = compiled_resources(problem, tile)
+    table = compiled("fa3", problem, 8, tile)
+    assert not got["warp_specialized"]
+    assert (got["n_regs"], got["smem_bytes"], got["issue_per_iter"]) == \
+        (table.registers, table.smem_bytes, table.issue)
+    assert ("issue_per_iter_masked" in got) == (dtype == "bf16")

@@ -237,7 +237,7 @@ def test_regression_guard():
     if not os.path.exists(BOUNDS):
         pytest.skip("no bounds yet: run `validate.py report --write-bounds` after the first real report")
     bounds = json.load(open(BOUNDS))
-    rows = V.guard_subset(V.load_measurements(MEASURED))
+    rows = V.guard_subset(V.load_measurements(MEASURED) + V.gluon_rows())
     assert rows, "the guard subset of the committed measurements is empty"
     preds = V.predict_rows(rows, bounds["profile"], jobs=min(4, os.cpu_count() or 1))
     got = V.guard_metrics(rows, preds)

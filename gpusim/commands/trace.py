@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import algorithms
 
+from algorithms.defaults import SCHEDULES
+
 from ..cli import add_config_args, add_problem_args, config_from_args, problem_from_args
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("trace", help="write a Chrome/Perfetto trace of one simulated run")
-    add_problem_args(p)
+    add_problem_args(p, algo_choices=SCHEDULES)
     add_config_args(p)
     p.add_argument("-o", "--output", default="trace.json", help="trace file (open in ui.perfetto.dev)")
     p.add_argument("--png", metavar="PATH", help="also draw a Gantt chart of the traced SMs")

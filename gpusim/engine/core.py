@@ -459,6 +459,14 @@ class Engine:
                 run_key, samples, run_end = key, [], None
                 if together is not None:
                     together.ready[r] = None
+                if top:
+                    # a new run of iteration costs (fa2's masked steps after its
+                    # unmasked ones, a loop's first run) changes what this CTA
+                    # asks of the SM's units: its neighbours' skips were timed
+                    # beside the old mix (since masked steps issue 40-80% more
+                    # instructions than unmasked ones, a causal 8-warp fa2 came
+                    # out -6.6% against its full simulation without this)
+                    self._disturb(sm)
             t0, c0, changes = env.now, tuple(role.c), sm.residents_changed
             # _run's loop, inlined: a generator less to resume at every event
             for item in loop.body(i):
@@ -498,7 +506,7 @@ class Engine:
             if together is not None:    # steady: skip once every role is
                 together.pairs[r] = samples[-2:]
                 together.ready[r] = (period, run_end + offset)
-                together.decide()
+                together.decide(sm.residents_changed)
                 continue
             count = run_end - i
             if count > 0:
@@ -661,6 +669,15 @@ class Engine:
         out 4x its full simulation.) pair: the role's last two timed
         iterations. Returns the number of iterations skipped."""
         env, sm, r = self.env, cta.sm, role.index
+        if skip.stop is None and sm.residents_changed != skip.changes:
+            # the SM's residents changed after the skip was decided and
+            # before any role began to wait it out (a role waiting would
+            # have been stopped): its period was timed under the old
+            # contention. Every role stops where the furthest is, and times
+            # again. (The last CTA on an SM once skipped 115 iterations at the
+            # 995 ns its three residents had taken, alone from 0.3 µs before:
+            # fa2 64x32 w8 causal B1 H12 N4096, +9.7% over the full simulation.)
+            skip.stop = skip.furthest(env.now)
         period = skip.period
         count = skip.count if skip.stop is None else skip.stop
         per_iteration = self._per_iteration(pair)
@@ -720,9 +737,10 @@ class Engine:
         return event
 
     def _disturb(self, sm: "_SM") -> None:
-        """A CTA or ghost batch arrives on or leaves `sm`: the contention its
-        skipping CTAs timed their period under is gone, and iterations timed
-        across the change (_loop) stand for neither side."""
+        """A CTA or ghost batch arrives on or leaves `sm`, or a resident
+        starts a new run of iteration costs: the contention its skipping CTAs
+        timed their period under is gone, and iterations timed across the
+        change (_loop) stand for neither side."""
         sm.residents_changed += 1
         for event in list(sm.skippers):
             if not event.triggered:
@@ -769,8 +787,8 @@ class Engine:
             yield env.timeout(self.cta_turnover)
         self._disturb(sm)
         procs = []
-        for index, (spec, keys) in enumerate(zip(program.roles, role_keys)):
-            state = _Role(spec.name, index, spec.warps, keys)
+        for k, (spec, keys) in enumerate(zip(program.roles, role_keys)):
+            state = _Role(spec.name, k, spec.warps, keys)
             cta.roles.append(state)
             procs.append(env.process(self._run(spec.items, state, cta, True)))
         yield env.all_of(procs)
@@ -1084,26 +1102,29 @@ class _Together:
         self.pairs: list = [None] * roles   # its last two timed iterations then
         self.skip: _Skip | None = None      # the skip under way, until every role has done it
 
-    def decide(self) -> None:
+    def decide(self, changes: int) -> None:
         """Once every role is steady: all skip from the furthest a role has
         come, as far as every role's run of equal keys goes, at the mean of
         their periods (roles held in step by their barriers take the same
-        time an iteration; the mean of their samples is the estimate)."""
+        time an iteration; the mean of their samples is the estimate).
+        changes: the SM's residents_changed now, when the periods held."""
         if self.skip is not None or None in self.ready:
             return
         first = max(self.started)
         count = min(end for _, end in self.ready) - first
         if count > 0:
-            self.skip = _Skip(first, count, sum(period for period, _ in self.ready) / len(self.ready), len(self.ready))
+            self.skip = _Skip(first, count, sum(period for period, _ in self.ready) / len(self.ready),
+                              len(self.ready), changes)
 
 
 class _Skip:
     """Iterations [first, first + count) (aligned) that every role of a CTA skips."""
 
-    __slots__ = ("first", "count", "period", "stop", "at", "left")
+    __slots__ = ("first", "count", "period", "stop", "at", "left", "changes")
 
-    def __init__(self, first: int, count: int, period: float, roles: int):
+    def __init__(self, first: int, count: int, period: float, roles: int, changes: int):
         self.first, self.count, self.period = first, count, period
+        self.changes = changes          # the SM's residents_changed when the period was taken
         self.stop: int | None = None    # once cut short: the count every role skips
         self.at: list = [None] * roles  # per role: (lo, hi, start) of its chunk, or its count once done
         self.left = roles               # roles yet to finish

@@ -1,0 +1,129 @@
+"""What ptxas made of a compiled Triton kernel, read off its cubin with the
+cuobjdump Triton bundles (no GPU needed): registers per thread, and the loops
+that issue tensor-core instructions (wgmma is HGMMA in SASS, QGMMA for fp8)
+-- their register spills and how many instructions a warp issues per trip.
+
+The schedules take these counts instead of estimating them
+(algorithms/compiled.py reads the table experiments/triton_smem_probe.py
+writes from them)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
+_BACK_BRANCH = re.compile(r"\bBRA\s+0x([0-9a-f]+)")
+_PREDICATE = re.compile(r"^@!?U?P\w+\s+")
+
+
+def cuobjdump(compiled, flag: str) -> str | None:
+    """cuobjdump's output (`-res-usage`, `-sass`) for the compiled cubin, with
+    the tool Triton bundles; None without a cubin or the tool."""
+    cubin = compiled.asm.get("cubin")
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if cubin is None or not os.path.exists(tool):
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([tool, flag, f.name], capture_output=True, text=True).stdout
+
+
+def registers(compiled, res_usage: str | None = None) -> int | None:
+    """Registers per thread: n_regs is only filled in when a driver loads the
+    binary, so read it from the cubin's .nv.info with cuobjdump (bundled);
+    res_usage: that tool's -res-usage output, when the caller has it."""
+    out = res_usage if res_usage is not None else cuobjdump(compiled, "-res-usage")
+    m = re.search(r"REG:(\d+)", out or "")
+    return int(m.group(1)) if m else None
+
+
+def opcode(instruction: str) -> str:
+    """'FFMA' of '@P0 FFMA.FTZ R1, R2, R3, R4'."""
+    return _PREDICATE.sub("", instruction).split()[0].split(".")[0]
+
+
+def _is_tensor(instruction: str) -> bool:
+    return opcode(instruction).endswith("GMMA")
+
+
+def tensor_loops(sass: str) -> list[list[str]]:
+    """The bodies (from a backward branch's target to the branch) of the
+    innermost loops that issue tensor-core instructions, in address order.
+    Spin loops on a barrier hold none and are left out, and so are backward
+    branches around them or from past the kernel's EXIT."""
+    code = [(int(m.group(1), 16), m.group(2).strip()) for m in _INSTRUCTION.finditer(sass)]
+    at = {addr: k for k, (addr, _) in enumerate(code)}
+    spans = []
+    for k, (addr, ins) in enumerate(code):
+        m = _BACK_BRANCH.search(ins)
+        target = int(m.group(1), 16) if m else None
+        if target is not None and target <= addr and target in at:
+            body = [i for _, i in code[at[target]:k + 1]]
+            # a retry stub after the kernel's EXIT that branches back into a
+            # loop (mbarrier try-wait) spans code that is no loop
+            if any(_is_tensor(i) for i in body) and not any(opcode(i) == "EXIT" for i in body):
+                spans.append((at[target], k))
+    inner = [(a, b) for a, b in spans
+             if not any((a, b) != (c, d) and a <= c and d <= b for c, d in spans)]
+    return [[i for _, i in code[a:b + 1]] for a, b in sorted(inner)]
+
+
+def issue_slots(body: list[str]) -> int:
+    """Instructions a warp issues per trip of a loop besides its tensor-core
+    ones (which the tensor pipe's own rate covers): the softmax's FFMA, FMNMX,
+    MUFU, conversions and shuffles, masks, address arithmetic, copies and
+    barriers. Each takes one of its SM sub-partition's issue slots (one warp
+    instruction per clock)."""
+    return sum(not _is_tensor(i) for i in body)
+
+
+def loop_spills(compiled, res_usage: str | None) -> dict:
+    """Register spills, from the SASS: the stack frame ptxas gave a thread
+    (STACK in -res-usage) and the bytes a thread stores to and loads from it
+    (STL/LDL, 4 bytes unless a width modifier says otherwise, LDL.LU.64
+    included) in one iteration of the hot loop -- the tensor loop with the
+    most wgmma instructions; the unmasked loop comes first. Empty without
+    cuobjdump or without such a loop (unknown, not 0)."""
+    sass = cuobjdump(compiled, "-sass")
+    if res_usage is None or sass is None:
+        return {}
+    stack = re.search(r"STACK:(\d+)", res_usage)
+    best, hot = 0, []
+    for body in tensor_loops(sass):
+        wgmma = sum(_is_tensor(i) for i in body)
+        if wgmma > best:
+            best, hot = wgmma, body
+    if not best:
+        return {}
+
+    def nbytes(i):
+        # STL/LDL with any modifiers (.LU: last use, .U8, .S16, .64, .128)
+        width = re.search(r"\b(?:STL|LDL)(?:\.[A-Z]+)*\.(U8|S8|U16|S16|64|128)\b", i)
+        if not width:
+            return 4
+        return {"U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}[width.group(1)]
+
+    stores = sum(nbytes(i) for i in hot if re.search(r"\bSTL\b|\bSTL\.", i))
+    loads = sum(nbytes(i) for i in hot if re.search(r"\bLDL\b|\bLDL\.", i))
+    return {"stack_bytes": int(stack.group(1)) if stack else None,
+            "spill_store_bytes_per_iter": stores, "spill_load_bytes_per_iter": loads}
+
+
+def loop_issue_slots(compiled) -> dict:
+    """Per warp and trip, the non-tensor instructions of the kernel's first two
+    tensor loops: fa2 and Triton's fa3 run the unmasked K/V blocks, then the
+    masked ones (causal diagonal, key tail), in two loops in that order.
+    Empty without cuobjdump or such loops."""
+    sass = cuobjdump(compiled, "-sass")
+    loops = tensor_loops(sass) if sass else []
+    if not loops:
+        return {}
+    out = {"issue_per_iter": issue_slots(loops[0])}
+    if len(loops) > 1:
+        out["issue_per_iter_masked"] = issue_slots(loops[1])
+    return out

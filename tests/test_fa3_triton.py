@@ -1,0 +1,72 @@
+"""algorithms/fa3_triton: the schedule kernels/fa3.py compiles to under Triton
+3.6 (no warp specialisation on sm_90): fa2's structure, TMA copies, the
+launch's own warps, and the fp8 kernel's one all-masked loop."""
+import pytest
+
+import algorithms
+from algorithms.accounting import count
+from algorithms.errors import InvalidConfig, UnsupportedAlgorithm
+from algorithms.ops import TMA, Exp, Load, Loop, Mma, MmaWait, Wait, walk
+from algorithms.problem import AttentionProblem, TileConfig
+from gpusim import predict
+from gpusim.cli import main
+
+PROBLEM = AttentionProblem(batch=2, heads=4, seqlen_q=1024, head_dim=64, causal=True)
+CONFIG = TileConfig(block_m=128, block_n=128, num_warps=12, num_stages=2, mma="wgmma", consumer_warpgroups=2)
+
+
+def _roles(problem, cta=3):
+    schedule = algorithms.build("fa3_triton", problem, CONFIG)
+    return schedule, schedule.launches[0].program(cta).roles
+
+
+def test_launches_the_warps_triton_builds_and_copies_by_tma():
+    schedule, roles = _roles(PROBLEM)
+    launch = schedule.launches[0]
+    assert launch.threads == 8 * 32            # 12 counted, the producer warpgroup never built
+    assert len(roles) == 2                     # two 64-row warpgroups, as in fa2
+    loads = [op for op in walk(roles[0].items) if isinstance(op, Load)]
+    assert loads and {op.engine for op in loads} == {TMA}
+    assert isinstance(roles[0].items[1], Wait)  # Q's mbarrier
+
+
+def test_same_bytes_as_fa2_at_the_launched_config():
+    """Only the copy engine and the compiled counts differ: the global bytes
+    are fa2's at 128x128 with 8 warps."""
+    fa2 = count(algorithms.build("fa2", PROBLEM, CONFIG.with_(num_warps=8, mma="auto")))
+    mine = count(algorithms.build("fa3_triton", PROBLEM, CONFIG))
+    assert mine.global_read_bytes == fa2.global_read_bytes
+    assert mine.global_write_bytes == fa2.global_write_bytes
+    assert mine.flops_matmul == fa2.flops_matmul
+
+
+def test_fp8_runs_one_loop_of_masked_steps_waiting_for_p_v():
+    p8 = PROBLEM.with_(dtype="fp8", causal=False)
+    _, roles = _roles(p8)
+    loops = [it for it in roles[0].items if isinstance(it, Loop)]
+    assert [lp.name for lp in loops] == ["kv_masked"]
+    body = list(loops[0].body(0))
+    pv = max(k for k, op in enumerate(body) if isinstance(op, Mma))
+    assert isinstance(body[pv + 1], MmaWait) and body[pv + 1].pending == 0
+    bf16_steps = [op for it in _roles(PROBLEM.with_(causal=False))[1][0].items if isinstance(it, Loop)
+                  for op in it.body(0) if isinstance(op, Exp)]
+    fp8_step = next(op for op in body if isinstance(op, Exp))
+    assert fp8_step.alu_flops > bf16_steps[0].alu_flops   # masks on every block
+
+
+def test_refuses_bad_configs_and_non_hopper_gpus():
+    with pytest.raises(InvalidConfig, match="num_warps"):
+        algorithms.check("fa3_triton", PROBLEM, CONFIG.with_(num_warps=6), 232448)
+    with pytest.raises(InvalidConfig, match="num_stages"):
+        algorithms.check("fa3_triton", PROBLEM, CONFIG.with_(num_stages=1), 232448)
+    with pytest.raises(UnsupportedAlgorithm, match="fa3_triton needs Hopper"):
+        predict(PROBLEM, None, "a100-80gb", algo="fa3_triton", simulate=False)
+
+
+def test_cli_predicts_it_and_refuses_it_on_ampere(capsys):
+    assert main(["predict", "--algo", "fa3_triton", "--batch", "1", "--heads", "2", "--seqlen", "512",
+                 "--head-dim", "64", "--no-sim"]) == 0
+    assert "fa3_triton on h100" in capsys.readouterr().out
+    assert main(["predict", "--algo", "fa3_triton", "--gpu", "a100-80gb", "--seqlen", "512", "--no-sim"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs Hopper" in err[0]

@@ -1,0 +1,49 @@
+"""kernels/sass.py finds a kernel's tensor loops in its SASS and counts what a
+warp issues per trip (synthetic listings in cuobjdump's format; the live
+compiles are in test_kernels_smem.py)."""
+import pytest
+
+pytest.importorskip("triton")
+from kernels import sass  # noqa: E402
+
+
+def _listing(lines):
+    return "\n".join(f"        /*{16 * k:04x}*/                   {ins} ;" for k, ins in enumerate(lines))
+
+
+SASS = _listing([
+    "MOV R1, c[0x0][0x28]",                       # 0x0000
+    "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2",  # 0x0010: a spin loop, no tensor op
+    "@!P0 BRA 0x10",                              # 0x0020
+    "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], RZ",  # 0x0030: loop 1 (unmasked)
+    "FMNMX R3, R24, R25, !PT",
+    "MUFU.EX2 R4, R3",
+    "@P1 BRA 0x30",                               # 0x0060
+    "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], RZ",  # 0x0070: loop 2 (masked)
+    "FSEL R5, R24, -INF, P2",
+    "ISETP.GE.AND P2, PT, R6, R7, PT",
+    "MUFU.EX2 R4, R5",
+    "@P1 BRA 0x70",                               # 0x00b0
+    "STG.E [R8.64], R4",
+    "EXIT",                                       # 0x00d0
+    "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2",  # 0x00e0: retry stub
+    "BRA 0x40",                                   # 0x00f0: back into loop 1, past the EXIT
+])
+
+
+def test_tensor_loops_in_address_order_innermost_only():
+    loops = sass.tensor_loops(SASS)
+    assert [len(body) for body in loops] == [4, 5]
+    assert [sass.issue_slots(body) for body in loops] == [3, 4]
+    assert sass.opcode(loops[1][1]) == "FSEL"
+
+
+def test_an_outer_branch_around_the_loops_is_not_a_loop():
+    outer = SASS.replace("STG.E [R8.64], R4", "@P3 BRA 0x30")
+    assert [len(body) for body in sass.tensor_loops(outer)] == [4, 5]
+
+
+def test_opcode_strips_predicates_and_modifiers():
+    assert sass.opcode("@!P0 FFMA.FTZ R1, R2, R3, R4") == "FFMA"
+    assert sass.opcode("@UP1 UTMALDG.2D [UR8], [UR22]") == "UTMALDG"
+    assert sass.opcode("QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR16], RZ, !UPT") == "QGMMA"

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import itertools
 import math
 import os
 import statistics
@@ -506,6 +507,34 @@ def triton_kernels():
         tl.store(C + pid, tl.sum(tl.sum(acc, 1), 0) + tl.sum(m, 0))
 
     @triton.jit
+    def softmax_mix(X, OUT, iters, BM: tl.constexpr, BN: tl.constexpr, EXP: tl.constexpr):
+        # A flash step's elementwise part alone, its tile in registers: the
+        # row max, exp2 of the scores and of the correction, the row sum and
+        # the rescale of an accumulator, no products and no loads. Its loop's
+        # instructions (SASS) against its time tell whether the SM's issue
+        # slots (4 warp instructions a clock) or the MUFU (16 exp2 a clock)
+        # bound the mix, or their sum. EXP=False puts an FFMA where each
+        # exp2 was: the same instructions less the MUFU.
+        pid = tl.program_id(0)
+        s = tile(X, BM, BN)
+        m = tl.full([BM], -1.0e30, tl.float32)
+        l = tl.zeros([BM], tl.float32)
+        acc = tl.zeros([BM, BN], tl.float32)
+        for i in range(iters):
+            m_new = tl.maximum(m, tl.max(s, 1))
+            if EXP:
+                alpha = tl.exp2(m - m_new)
+                p = tl.exp2(s - m_new[:, None])
+            else:
+                alpha = (m - m_new) * 0.5 + 1.0
+                p = (s - m_new[:, None]) * 0.5 + 1.0
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + p
+            s = s + p * 0.001      # the next step depends on this one
+            m = m_new
+        tl.store(OUT + pid * BM + tl.arange(0, BM), l + tl.sum(acc, 1))
+
+    @triton.jit
     def exp2_loop(OUT, iters, BLOCK: tl.constexpr):
         pid = tl.program_id(0)
         offs = tl.arange(0, BLOCK)
@@ -520,7 +549,7 @@ def triton_kernels():
 
     return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, l2_read=l2_read, l2_write=l2_write,
                 dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, dot_chain=dot_chain,
-                exp2_loop=exp2_loop, empty=empty)
+                softmax_mix=softmax_mix, exp2_loop=exp2_loop, empty=empty)
 
 
 DOT_SHAPES = {"bf16": (128, 256, 64), "fp16": (128, 256, 64), "fp8": (128, 256, 128)}
@@ -1262,6 +1291,51 @@ def bench_exp2_triton(r: Runner, K):
                  f"(per clk per SM at the NVML clock: {rate / (r.sms * (s.mhz or 1) * 1e6):.2f})")
 
 
+SOFTMAX_MIX_TILES = ((16, 64), (32, 64), (32, 128), (64, 64), (64, 128), (128, 64))
+SOFTMAX_MIX_WARPS = 4
+
+
+def bench_softmax_mix(r: Runner, K):
+    """Time per loop iteration of softmax_mix (rows `softmax_mix`) with 1, 2, 4
+    and 8 CTAs per SM, beside its loop's SASS: instructions a warp issues per
+    iteration and how many are MUFU. With the SM saturated, SM clocks per CTA
+    iteration against the issue bound (instructions x warps / 4 schedulers)
+    and the MUFU bound (MUFU x 32 lanes x warps / 16 a clock)."""
+    from kernels import sass
+
+    torch = r.torch
+    iters = 1024 if not r.args.quick else 128
+    for (bm, bn), exp in itertools.product(SOFTMAX_MIX_TILES, (True, False)):
+        x = torch.randn(bm * bn, device="cuda", dtype=torch.float32)
+        counts = None
+        for per_sm in (1, 2, 4, 8, 16):
+            grid = r.sms * per_sm
+            out = torch.empty(grid * bm, device="cuda", dtype=torch.float32)
+
+            def fn():
+                return K["softmax_mix"][(grid,)](x, out, iters, BM=bm, BN=bn, EXP=exp,
+                                                 num_warps=SOFTMAX_MIX_WARPS, num_stages=1)
+
+            compiled = fn()
+            torch.cuda.synchronize()
+            if counts is None:
+                bodies = sass.loops(sass.cuobjdump(compiled, "-sass") or "")
+                body = max(bodies, key=len) if bodies else []
+                counts = (len(body), sum(sass.opcode(i) == "MUFU" for i in body))
+            with r.sampler() as smp:
+                ms = r.event_loop(fn, n=7)
+            mhz = smp.mhz or float(r.prov["sm_clock_mhz"] or 0) or None
+            instr, mufu = counts
+            cycles = ms * 1e-3 / iters * (mhz or 0) * 1e6 / per_sm     # SM clocks per CTA iteration
+            issue = instr * SOFTMAX_MIX_WARPS / 4
+            mufu_bound = mufu * 32 * SOFTMAX_MIX_WARPS / 16
+            r.add("softmax_mix", f"{bm}x{bn}_w{SOFTMAX_MIX_WARPS}{'' if exp else '_noexp'}_x{per_sm}", cycles,
+                  "clk/cta-iter", mhz,
+                  detail=f"{grid} CTAs ({per_sm} per SM, {getattr(compiled, 'n_regs', '?')} registers a thread) "
+                         f"x {iters} iters, {ms:.3f} ms; loop: {instr} instructions a warp, {mufu} MUFU; "
+                         f"issue bound {issue:.0f}, MUFU bound {mufu_bound:.0f} clk per CTA iteration")
+
+
 def bench_launch(r: Runner, K, mod):
     torch = r.torch
     fn = lambda: K["empty"][(1,)]()  # noqa: E731
@@ -1354,6 +1428,7 @@ def cmd_run(args) -> int:
              ("dot_chain", lambda: bench_dot_chain(r, K)),
              ("cuda", lambda: mod and bench_cuda(r, mod)),
              ("exp2_triton", lambda: bench_exp2_triton(r, K)),
+             ("softmax_mix", lambda: bench_softmax_mix(r, K)),
              ("latency", lambda: mod and bench_latency(r, mod)),
              ("launch", lambda: bench_launch(r, K, mod)),
              ("cta_cycle", lambda: mod and bench_cta_cycle(r, mod)),
@@ -1746,7 +1821,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("run", help="measure on the GPU machine")
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
-    p.add_argument("--only", default="", help="comma-separated steps: device,hbm,l2,wgmma,cuda,"
+    p.add_argument("--only", default="", help="comma-separated steps: device,hbm,l2,wgmma,cuda,softmax_mix,"
                                               "l2_store,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,exp2_triton,latency,"
                                               "launch,cta_cycle,cta_stamps")
     p.set_defaults(func=cmd_run)

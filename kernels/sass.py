@@ -51,11 +51,11 @@ def _is_tensor(instruction: str) -> bool:
     return opcode(instruction).endswith("GMMA")
 
 
-def tensor_loops(sass: str) -> list[list[str]]:
+def loops(sass: str, holding=lambda body: True) -> list[list[str]]:
     """The bodies (from a backward branch's target to the branch) of the
-    innermost loops that issue tensor-core instructions, in address order.
-    Spin loops on a barrier hold none and are left out, and so are backward
-    branches around them or from past the kernel's EXIT."""
+    innermost loops whose bodies satisfy `holding`, in address order. A
+    backward branch from past the kernel's EXIT (a retry stub jumping back
+    into a loop) spans code that is no loop and is left out."""
     code = [(int(m.group(1), 16), m.group(2).strip()) for m in _INSTRUCTION.finditer(sass)]
     at = {addr: k for k, (addr, _) in enumerate(code)}
     spans = []
@@ -64,13 +64,18 @@ def tensor_loops(sass: str) -> list[list[str]]:
         target = int(m.group(1), 16) if m else None
         if target is not None and target <= addr and target in at:
             body = [i for _, i in code[at[target]:k + 1]]
-            # a retry stub after the kernel's EXIT that branches back into a
-            # loop (mbarrier try-wait) spans code that is no loop
-            if any(_is_tensor(i) for i in body) and not any(opcode(i) == "EXIT" for i in body):
+            if holding(body) and not any(opcode(i) == "EXIT" for i in body):
                 spans.append((at[target], k))
     inner = [(a, b) for a, b in spans
              if not any((a, b) != (c, d) and a <= c and d <= b for c, d in spans)]
     return [[i for _, i in code[a:b + 1]] for a, b in sorted(inner)]
+
+
+def tensor_loops(sass: str) -> list[list[str]]:
+    """The innermost loops that issue tensor-core instructions, in address
+    order. Spin loops on a barrier hold none and are left out, and so are
+    backward branches around the tensor loops."""
+    return loops(sass, holding=lambda body: any(_is_tensor(i) for i in body))
 
 
 def issue_slots(body: list[str]) -> int:
@@ -114,16 +119,29 @@ def loop_spills(compiled, res_usage: str | None) -> dict:
             "spill_store_bytes_per_iter": stores, "spill_load_bytes_per_iter": loads}
 
 
+def outside_loops(sass: str) -> int:
+    """Instructions of the kernel's body (up to its last EXIT; the retry stubs
+    after it seldom run) outside its tensor loops, NOPs aside: a warp's
+    setup, its pipelines' prologues and drains, the epilogue and the stores,
+    each issued once per CTA (branches not taken counted all the same)."""
+    code = [m.group(2).strip() for m in _INSTRUCTION.finditer(sass)]
+    last_exit = max((k for k, i in enumerate(code) if opcode(i) == "EXIT"), default=len(code) - 1)
+    body = [i for i in code[:last_exit + 1] if opcode(i) != "NOP"]
+    in_loops = sum(sum(opcode(i) != "NOP" for i in loop) for loop in tensor_loops(sass))
+    return len(body) - in_loops
+
+
 def loop_issue_slots(compiled) -> dict:
     """Per warp and trip, the non-tensor instructions of the kernel's first two
     tensor loops: fa2 and Triton's fa3 run the unmasked K/V blocks, then the
-    masked ones (causal diagonal, key tail), in two loops in that order.
-    Empty without cuobjdump or such loops."""
+    masked ones (causal diagonal, key tail), in two loops in that order; and
+    per warp and CTA, those outside them (outside_loops). Empty without
+    cuobjdump or such loops."""
     sass = cuobjdump(compiled, "-sass")
     loops = tensor_loops(sass) if sass else []
     if not loops:
         return {}
-    out = {"issue_per_iter": issue_slots(loops[0])}
+    out = {"issue_per_iter": issue_slots(loops[0]), "issue_outside_loops": outside_loops(sass)}
     if len(loops) > 1:
         out["issue_per_iter_masked"] = issue_slots(loops[1])
     return out

@@ -96,3 +96,31 @@ def test_one_warpgroup_alone_pays_the_chain_latency(replayed):
     for (bm, bn, d, warps, per_sm), predicted in by_key.items():
         if warps == 4 and per_sm == 1 and (bm, bn, d, 4, 2) in by_key:
             assert predicted > by_key[(bm, bn, d, 4, 2)] / 2 * 1.1, (bm, bn, d)
+
+
+def _softmax_mix_rows():
+    out = {}
+    for r in csv.DictReader(open(CSV)):
+        if r["bench"] == "softmax_mix":
+            m = re.fullmatch(r"(\d+)x(\d+)_w4(_noexp)?_x(\d+)", r["param"])
+            instr, mufu = map(int, re.search(r"loop: (\d+) instructions a warp, (\d+) MUFU", r["detail"]).groups())
+            out[(int(m.group(1)), int(m.group(2)), not m.group(3), int(m.group(4)))] = (float(r["value"]), instr, mufu)
+    return out
+
+
+def test_exp2_runs_beside_the_other_instructions():
+    """What fa2's steps assume (algorithms/fa2.step_ops: the MUFU and the issue
+    slots side by side, the step taking the longer): calibrate.py softmax_mix,
+    a flash step's elementwise part alone, takes no longer with its exp2s than
+    with an FFMA in each one's place once 9-16 CTAs share an SM, though the
+    MUFU's own time (instructions x 32 lanes / 16 a clock) is 80-90% of the
+    issue slots'. At the same occupancy the loop takes 1.4x its issue slots
+    (instructions x warps / 4 a clock): the model's issue rate is a bound."""
+    rows = _softmax_mix_rows()
+    assert rows, "calibration_h100.csv has no softmax_mix rows"
+    for bm, bn in ((16, 64), (32, 64)):
+        with_exp, instr, mufu = rows[(bm, bn, True, 16)]
+        without, _, no_mufu = rows[(bm, bn, False, 16)]
+        assert no_mufu == 0 and mufu * 32 * 4 / 16 >= 0.8 * instr
+        assert with_exp <= 1.05 * without
+        assert 1.2 * instr <= with_exp <= 1.6 * instr

@@ -463,7 +463,7 @@ class Engine:
                     # a new run of iteration costs (fa2's masked steps after its
                     # unmasked ones, a loop's first run) changes what this CTA
                     # asks of the SM's units: its neighbours' skips were timed
-                    # beside the old mix (since masked steps issue 40-80% more
+                    # beside the old mix (since causal masked steps issue 26-118% more
                     # instructions than unmasked ones, a causal 8-warp fa2 came
                     # out -6.6% against its full simulation without this)
                     self._disturb(sm)

@@ -594,6 +594,16 @@ def problem_config(row, path="?", lineno=0):
     return KERNEL_SCHEDULE.get(row["algo"], row["algo"]), p, cfg
 
 
+def _ms(row, path, lineno) -> float:
+    try:
+        ms = float(row["ms"])
+    except ValueError:
+        raise ResultsFileError(f"{path}: line {lineno}: ms = {row['ms']!r} is not a number") from None
+    if not (ms > 0 and math.isfinite(ms)):
+        raise ResultsFileError(f"{path}: line {lineno}: ms = {row['ms']!r} must be positive")
+    return ms
+
+
 def gluon_rows(path=DEFAULT_GLUON):
     """The Gluon FA3 kernel's measured rows (kernels.bench CSV, ok bf16 rows of
     kernel fa3_gluon) as validation rows of the FA3 schedule at the kernel's own
@@ -611,10 +621,7 @@ def gluon_rows(path=DEFAULT_GLUON):
                              seqlen_q=_int(r, "seqlen", path, lineno),
                              head_dim=_int(r, "head_dim", path, lineno),
                              causal=bool(_int(r, "causal", path, lineno)))
-        try:
-            ms = float(r["ms"])
-        except ValueError:
-            raise ResultsFileError(f"{path}: line {lineno}: ms = {r['ms']!r} is not a number") from None
+        ms = _ms(r, path, lineno)
         out.append({**r, "algo": "fa3", "kernel": "fa3_gluon", "problem": p, "config": default_config(p),
                     "ms": ms, "default_config": True})
     return out
@@ -629,12 +636,7 @@ def load_measurements(path=DEFAULT_OUT):
         if r["status"] != "ok":
             continue
         algo, p, cfg = problem_config(r, path, lineno)
-        try:
-            ms = float(r["ms"])
-        except ValueError:
-            raise ResultsFileError(f"{path}: line {lineno}: ms = {r['ms']!r} is not a number") from None
-        if not (ms > 0 and math.isfinite(ms)):
-            raise ResultsFileError(f"{path}: line {lineno}: ms = {r['ms']!r} must be positive")
+        ms = _ms(r, path, lineno)
         out.append({**r, "algo": algo, "kernel": r["algo"], "problem": p, "config": cfg, "ms": ms,
                     "default_config": r.get("default_config", "0") in ("1", "True", "true")})
     if not out:

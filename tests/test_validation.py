@@ -244,3 +244,23 @@ def test_regression_guard():
     over = {k: (round(got.get(k, float("inf")), 4), b) for k, b in bounds["bounds"].items()
             if not got.get(k, float("inf")) <= b}
     assert not over, f"validation errors rose above their bounds (metric: (now, bound)): {over}"
+
+
+def test_measured_fa3_rows_take_the_schedule_the_kernel_compiles_to(tmp_path):
+    """kernels/fa3.py rows are replayed by fa3_triton (Triton 3.6 builds no
+    producer warpgroup); the Gluon kernel's rows are FA3's schedule's."""
+    rows = V.load_measurements(_write(tmp_path / "v.csv", [_row(algo="fa3", num_warps=12)]))
+    assert rows[0]["algo"] == "fa3_triton" and rows[0]["kernel"] == "fa3"
+    gluon = V.gluon_rows()
+    assert gluon and {r["algo"] for r in gluon} == {"fa3"} and all(r["default_config"] for r in gluon)
+    assert V.gluon_rows(str(tmp_path / "none.csv")) == []
+
+
+@pytest.mark.parametrize("ms, msg", [("fast", "not a number"), ("0", "must be positive")])
+def test_gluon_rows_refuse_bad_times_in_one_line(tmp_path, ms, msg):
+    path = tmp_path / "g.csv"
+    path.write_text("kernel,status,dtype,batch,heads,seqlen,head_dim,causal,ms\n"
+                    f"fa3_gluon,ok,bf16,16,32,1024,64,0,{ms}\n")
+    with pytest.raises(ResultsFileError, match=msg) as e:
+        V.gluon_rows(str(path))
+    assert "\n" not in str(e.value)

@@ -4,10 +4,12 @@ Grid: (cdiv(N_q, block_m), B·H), Q block fastest in launch order. Each CTA
 loads its Q tile once, loops over K/V blocks (skipping blocks wholly above the
 causal diagonal), keeps O, m, l in registers (warps split the Q rows: no SMEM
 exchange) and writes O and its logsumexp once. K/V loads go through Triton's
-software pipeline: cp.async into a num_stages-deep ring. Where the sm_90
+software pipeline: cp.async into a num_stages-deep ring. On Hopper a step's
+elementwise work is the compiled loop's instruction count, and where the sm_90
 build runs out of registers (4 warps on 128-row tiles at head dim 128 above
 all; the probe table lists every config), each iteration also stores and
 reloads its spilled registers through L2 (algorithms/compiled.py).
+build_variant builds other kernels of this structure (algorithms/fa3_triton.py).
 """
 from __future__ import annotations
 

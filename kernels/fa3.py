@@ -1,6 +1,6 @@
 """FlashAttention-3-style forward (arXiv 2407.08608) for Hopper (sm_90) in Triton.
 
-Schedule (algorithms/fa3.py replays this order): the grid and loop order of
+Schedule: the grid and loop order of
 fa2 -- grid = (cdiv(Nq, BM), B*H), program_id(0) = Q block i, program_id(1) =
 b*H + h, K/V head h // (H // KVH); Q_i loaded once; for j in 0 .. T-1 (causal:
 T = min(cdiv(Nkv, BN), cdiv(last_row + Nkv - Nq + 1, BN))) S = Q_i K_jᵀ,
@@ -10,13 +10,11 @@ What differs from fa2 is how K_j/V_j arrive and who does what:
     (tl.make_tensor_descriptor over the [B*KVH*Nkv, D] view) into a
     num_stages-deep SMEM ring guarded by mbarriers;
   * the unmasked part of the loop is a tl.range(..., warp_specialize=...)
-    loop: Triton splits it into a producer partition that issues the TMA loads
-    and consumer warps that run wgmma and the softmax (config.pingpong /
-    consumer_warpgroups are not separately controllable through Triton's
-    automatic warp specialisation: the compiler decides the partitioning; the
-    schedule models FA3's explicit two-consumer pingpong, the kernel gets
-    whatever overlap Triton 3.6 builds -- written down here and in
-    algorithms/fa3.py);
+    loop, asking Triton for a producer partition that issues the TMA loads and
+    consumer warps that run wgmma and the softmax. Triton 3.6 builds none on
+    sm_90 (kernels/NOTES.md): every warp computes, as in fa2, and
+    algorithms/fa3_triton.py replays that build (FA3's own schedule,
+    algorithms/fa3.py, is what kernels/fa3_gluon.py runs);
   * the diagonal / tail blocks (n_full .. T-1) run in a second, masked loop.
 Rows of the flattened view past a head's Nkv belong to the next head (or are
 zero-filled by TMA at the end of the tensor); they are masked to -inf in S, so

@@ -66,7 +66,8 @@ def test_refuses_bad_configs_and_non_hopper_gpus():
 def test_cli_predicts_it_and_refuses_it_on_ampere(capsys):
     assert main(["predict", "--algo", "fa3_triton", "--batch", "1", "--heads", "2", "--seqlen", "512",
                  "--head-dim", "64", "--no-sim"]) == 0
-    assert "fa3_triton on h100" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "fa3_triton on h100" in out and "warps=12" in out and "8 warps launched" in out
     assert main(["predict", "--algo", "fa3_triton", "--gpu", "a100-80gb", "--seqlen", "512", "--no-sim"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs Hopper" in err[0]

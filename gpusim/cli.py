@@ -95,11 +95,12 @@ def print_prediction(pred) -> None:
     print(f"  global     requested {_fmt_bytes(pred.l2_read_bytes)} read, "
           f"{_fmt_bytes(pred.global_write_bytes)} written; compulsory "
           f"{_fmt_bytes(pred.compulsory_read_bytes)} + {_fmt_bytes(pred.compulsory_write_bytes)}")
-    launched = max(lp.threads for lp in pred.launches) // 32 if pred.launches else c["num_warps"]
+    # a one-launch schedule whose kernel launches other warps than the config
+    # counts (fa3_triton: Triton builds no producer warpgroup)
+    launched = pred.launches[0].threads // 32 if len(pred.launches) == 1 else c["num_warps"]
     print(f"  on chip    {pred.smem_bytes_per_cta:,} B SMEM/CTA, {pred.ctas_per_sm} CTA/SM, "
           f"{pred.waves:.2f} waves"
-          + (f", {launched} warps launched (the kernel builds no producer warpgroup)"
-             if pred.algo == "fa3_triton" and launched != c["num_warps"] else ""))
+          + (f", {launched} warps launched" if launched != c["num_warps"] else ""))
     if len(pred.launches) > 1:
         for lp in pred.launches:
             rt = f"{lp.runtime_us:,.1f} us, {lp.bottleneck}" if lp.runtime_us is not None else ""

@@ -189,10 +189,10 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
     compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32),
                               options={"num_warps": config.num_warps,
                                        "num_stages": config.num_stages})
-    res_usage = sass.cuobjdump(compiled, "-res-usage")
+    res_usage, listing = sass.cuobjdump(compiled, "-res-usage"), sass.cuobjdump(compiled, "-sass")
     return {"smem_bytes": int(compiled.metadata.shared), "n_regs": sass.registers(compiled, res_usage),
-            **_wgmma_mix(compiled.asm.get("ptx", "")), **sass.loop_spills(compiled, res_usage),
-            **sass.loop_issue_slots(compiled)}
+            **_wgmma_mix(compiled.asm.get("ptx", "")), **sass.loop_spills(listing, res_usage),
+            **sass.loop_issue_slots(listing)}
 
 
 def _wgmma_mix(ptx: str) -> dict:

@@ -279,4 +279,4 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
     ttgir = compiled.asm.get("ttgir", "")
     return {"smem_bytes": int(compiled.metadata.shared), "n_regs": sass.registers(compiled),
             "warp_specialized": "ttg.warp_specialize" in ttgir, "ttgir": ttgir,
-            **sass.loop_issue_slots(compiled)}
+            **sass.loop_issue_slots(sass.cuobjdump(compiled, "-sass"))}

@@ -87,14 +87,14 @@ def issue_slots(body: list[str]) -> int:
     return sum(not _is_tensor(i) for i in body)
 
 
-def loop_spills(compiled, res_usage: str | None) -> dict:
+def loop_spills(sass: str | None, res_usage: str | None) -> dict:
     """Register spills, from the SASS: the stack frame ptxas gave a thread
     (STACK in -res-usage) and the bytes a thread stores to and loads from it
     (STL/LDL, 4 bytes unless a width modifier says otherwise, LDL.LU.64
     included) in one iteration of the hot loop -- the tensor loop with the
-    most wgmma instructions; the unmasked loop comes first. Empty without
-    cuobjdump or without such a loop (unknown, not 0)."""
-    sass = cuobjdump(compiled, "-sass")
+    most wgmma instructions; the unmasked loop comes first. sass and
+    res_usage: cuobjdump's -sass and -res-usage output. Empty without them
+    or without such a loop (unknown, not 0)."""
     if res_usage is None or sass is None:
         return {}
     stack = re.search(r"STACK:(\d+)", res_usage)
@@ -119,29 +119,29 @@ def loop_spills(compiled, res_usage: str | None) -> dict:
             "spill_store_bytes_per_iter": stores, "spill_load_bytes_per_iter": loads}
 
 
-def outside_loops(sass: str) -> int:
+def outside_loops(sass: str, tensor_bodies: list[list[str]]) -> int:
     """Instructions of the kernel's body (up to its last EXIT; the retry stubs
-    after it seldom run) outside its tensor loops, NOPs aside: a warp's
-    setup, its pipelines' prologues and drains, the epilogue and the stores,
-    each issued once per CTA (branches not taken counted all the same)."""
+    after it seldom run) outside its tensor loops (tensor_loops(sass)), NOPs
+    aside: a warp's setup, its pipelines' prologues and drains, the epilogue
+    and the stores, each issued once per CTA (branches not taken counted all
+    the same)."""
     code = [m.group(2).strip() for m in _INSTRUCTION.finditer(sass)]
     last_exit = max((k for k, i in enumerate(code) if opcode(i) == "EXIT"), default=len(code) - 1)
     body = [i for i in code[:last_exit + 1] if opcode(i) != "NOP"]
-    in_loops = sum(sum(opcode(i) != "NOP" for i in loop) for loop in tensor_loops(sass))
+    in_loops = sum(sum(opcode(i) != "NOP" for i in loop) for loop in tensor_bodies)
     return len(body) - in_loops
 
 
-def loop_issue_slots(compiled) -> dict:
+def loop_issue_slots(sass: str | None) -> dict:
     """Per warp and trip, the non-tensor instructions of the kernel's first two
     tensor loops: fa2 and Triton's fa3 run the unmasked K/V blocks, then the
     masked ones (causal diagonal, key tail), in two loops in that order; and
-    per warp and CTA, those outside them (outside_loops). Empty without
-    cuobjdump or such loops."""
-    sass = cuobjdump(compiled, "-sass")
+    per warp and CTA, those outside them (outside_loops). sass: cuobjdump's
+    -sass output. Empty without it or without such loops."""
     loops = tensor_loops(sass) if sass else []
     if not loops:
         return {}
-    out = {"issue_per_iter": issue_slots(loops[0]), "issue_outside_loops": outside_loops(sass)}
+    out = {"issue_per_iter": issue_slots(loops[0]), "issue_outside_loops": outside_loops(sass, loops)}
     if len(loops) > 1:
         out["issue_per_iter_masked"] = issue_slots(loops[1])
     return out

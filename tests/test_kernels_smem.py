@@ -55,21 +55,28 @@ def test_fa2_schedule_follows_the_compiled_wgmma_layout(cfg):
     assert got["pv_instrs_per_iter"] == slices_per_wg * (bn // 16)
 
 
+def _live_and_table(cfg):
+    """A live sm_90 compile of the fa2 kernel at cfg = (block_m, block_n,
+    warps, stages, head_dim, causal), and what the schedule reads for it from
+    the committed probe table (algorithms/compiled.py)."""
+    pytest.importorskip("triton")
+    from algorithms.compiled import fa2_compiled
+    from kernels.fa2 import compiled_resources
+
+    bm, bn, w, s, d, c = cfg
+    problem = AttentionProblem(1, 16, 4096, d, causal=bool(c))
+    tile = TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s)
+    return compiled_resources(problem, tile), fa2_compiled(problem, tile)
+
+
 @pytest.mark.parametrize("cfg", [(128, 64, 4, 3, 128, 0), (128, 64, 8, 3, 128, 0)])
 def test_spills_match_the_probe_table(cfg):
     """The spill traffic the fa2 schedule charges (algorithms/compiled.py, from
     the committed probe CSV) is what a live sm_90 compile shows: 4 warps on
     128 x 128 accumulators run out of registers and spill in the hot loop, 8
     warps do not."""
-    pytest.importorskip("triton")
-    from algorithms.compiled import fa2_spills
-    from kernels.fa2 import compiled_resources
-
-    bm, bn, w, s, d, c = cfg
-    problem = AttentionProblem(1, 16, 4096, d, causal=bool(c))
-    tile = TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s)
-    got = compiled_resources(problem, tile)
-    table = fa2_spills(problem, tile)
+    got, compiled = _live_and_table(cfg)
+    table, w = compiled.spills, cfg[2]
     assert table is not None
     assert (got["spill_store_bytes_per_iter"], got["spill_load_bytes_per_iter"]) == \
         (table.store_bytes, table.load_bytes)
@@ -107,15 +114,7 @@ def test_issue_counts_match_the_probe_table(cfg):
     """The instructions per step the fa2 schedule charges (from the committed
     probe CSV) are a live sm_90 compile's: the unmasked loop, then the masked
     one, which issues more (its selects and compares)."""
-    pytest.importorskip("triton")
-    from algorithms.compiled import fa2_compiled
-    from kernels.fa2 import compiled_resources
-
-    bm, bn, w, s, d, c = cfg
-    problem = AttentionProblem(1, 16, 4096, d, causal=bool(c))
-    tile = TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s)
-    got = compiled_resources(problem, tile)
-    table = fa2_compiled(problem, tile)
+    got, table = _live_and_table(cfg)
     assert (got["issue_per_iter"], got["issue_per_iter_masked"]) == (table.issue, table.issue_masked)
     assert table.issue_masked > table.issue > 0
 

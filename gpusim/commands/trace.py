@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import algorithms
-
 from algorithms.defaults import SCHEDULES
 
 from ..cli import add_config_args, add_problem_args, config_from_args, problem_from_args

@@ -1,13 +1,15 @@
 """How standard's QKᵀ GEMM writes S, timed on the GPU: masked stores from
 registers against one TMA bulk store per tile (kernels/standard.py,
-TMA_STORE), over a few tile configs. QKᵀ is the launch of standard that
-missed its bound by most (1.46x, kernels/NOTES.md): its bound is writing S.
+TMA_STORE), and one CTA a tile against a persistent kernel whose CTAs loop
+over tiles (qk_programs), over a few tile configs. QKᵀ is the launch of
+standard that missed its bound by most (1.46x, kernels/NOTES.md): its bound
+is writing S.
 
-    PYTHONPATH=. python experiments/qk_store_probe.py --out $OUT/qk_store_probe_h100.csv
+    PYTHONPATH=. python experiments/qk_store_probe.py --out $OUT/qk_store_probe_h100.csv [--variants tma|persistent]
 
 Each row: the launch's median time (do_bench), its bound max(FLOPs / 703
 TFLOP/s, bytes / 3.02 TB/s) as kernels.bench computes it, and S's largest
-difference from the first config's masked-store S.
+difference from the first variant's S.
 """
 from __future__ import annotations
 
@@ -21,15 +23,29 @@ from algorithms.problem import TileConfig  # noqa: E402
 
 SEQLENS = (4096, 8192, 16384)
 HEAD_DIM = 128
-CONFIGS = [TileConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, block_k=64),   # default
-           TileConfig(block_m=128, block_n=128, num_warps=4, num_stages=3, block_k=64),
-           TileConfig(block_m=128, block_n=256, num_warps=8, num_stages=3, block_k=64),
-           TileConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, block_k=128)]
+DEFAULT = TileConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, block_k=64)
+W8S2 = TileConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, block_k=64)
+W4S2 = TileConfig(block_m=128, block_n=128, num_warps=4, num_stages=2, block_k=64)
+# (config, tma_store, persistent CTAs per SM or None) per run of the probe
+VARIANTS = {
+    # session 9: masked against TMA stores
+    "tma": [(cfg, tma, None) for cfg in (
+        DEFAULT, TileConfig(block_m=128, block_n=128, num_warps=4, num_stages=3, block_k=64),
+        TileConfig(block_m=128, block_n=256, num_warps=8, num_stages=3, block_k=64),
+        TileConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, block_k=128)) for tma in (False, True)],
+    # session 11: one CTA a tile against persistent CTAs (8 warps at 130-148
+    # registers a thread fit one CTA an SM; 4 warps, two or three)
+    "persistent": [(DEFAULT, False, None), (W8S2, False, None), (W4S2, False, None),
+                   (TileConfig(block_m=128, block_n=64, num_warps=4, num_stages=2, block_k=64), False, None),
+                   (DEFAULT, False, 1), (W8S2, False, 1), (W8S2, False, 2), (W4S2, False, 2),
+                   (W4S2, False, 3)],
+}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--variants", choices=sorted(VARIANTS), default="persistent")
     a = ap.parse_args(argv)
     import torch
     import triton
@@ -38,40 +54,44 @@ def main(argv=None) -> int:
     from kernels.bench import HBM_CEILING, MATMUL_CEILING
     from kernels.provenance import provenance, write_csv_atomic
 
-    prov = provenance("python experiments/qk_store_probe.py")
+    prov = provenance(f"python experiments/qk_store_probe.py --variants {a.variants}")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for n in SEQLENS:
         b, h = 16384 // n, 2048 // HEAD_DIM
         q, k, v = (torch.randn(b, h, n, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         reference = None
-        for cfg in CONFIGS:
-            for tma in (False, True):
-                try:
-                    name, fn, flops, nbytes = standard.launches(q, k, v, config=cfg, tma_store=tma)[0]
-                    fn()
-                    torch.cuda.synchronize()
-                    ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-                except Exception as e:  # noqa: BLE001 (a config that does not fit is a row too)
-                    rows.append({"seqlen": n, "config": _label(cfg), "tma_store": int(tma), "ms": "",
-                                 "bound_ms": "", "ratio": "", "error": f"{type(e).__name__}: {e}"[:200],
-                                 **prov})
-                    print(f"N{n} {_label(cfg)} tma={int(tma)}: {type(e).__name__}", flush=True)
-                    continue
-                del fn
-                # S against the first config's masked stores (block_k changes
-                # the order of the sums: bf16 rounding apart, they agree)
-                out = standard.forward(q, k, v, config=cfg, tma_store=tma, keep_intermediates=True)[1][0]
-                if reference is None:
-                    reference = out
-                diff = (out - reference).abs().max().item()
-                bound_ms = max(flops / MATMUL_CEILING, nbytes / HBM_CEILING) * 1e3
-                rows.append({"seqlen": n, "config": _label(cfg), "tma_store": int(tma), "ms": f"{ms:.5f}",
-                             "bound_ms": f"{bound_ms:.5f}", "ratio": f"{ms / bound_ms:.3f}",
-                             "s_max_abs_diff": diff, "error": "", **prov})
-                print(f"N{n} {_label(cfg)} tma={int(tma)}: {ms:.3f} ms, bound {bound_ms:.3f}, "
-                      f"ratio {ms / bound_ms:.2f}, S max |diff| {diff:.3g}", flush=True)
-                del out
-                torch.cuda.empty_cache()
+        for cfg, tma, per_sm in VARIANTS[a.variants]:
+            programs = None if per_sm is None else per_sm * sms
+            label = _label(cfg) + ("" if per_sm is None else f"_persistent{per_sm}")
+            try:
+                name, fn, flops, nbytes = standard.launches(q, k, v, config=cfg, tma_store=tma,
+                                                            qk_programs=programs)[0]
+                fn()
+                torch.cuda.synchronize()
+                ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+            except Exception as e:  # noqa: BLE001 (a config that does not fit is a row too)
+                rows.append({"seqlen": n, "config": label, "tma_store": int(tma), "ms": "",
+                             "bound_ms": "", "ratio": "", "error": f"{type(e).__name__}: {e}"[:200],
+                             **prov})
+                print(f"N{n} {label} tma={int(tma)}: {type(e).__name__}", flush=True)
+                continue
+            del fn
+            # S against the first config's masked stores (block_k changes
+            # the order of the sums: bf16 rounding apart, they agree)
+            out = standard.forward(q, k, v, config=cfg, tma_store=tma, qk_programs=programs,
+                                   keep_intermediates=True)[1][0]
+            if reference is None:
+                reference = out
+            diff = (out - reference).abs().max().item()
+            bound_ms = max(flops / MATMUL_CEILING, nbytes / HBM_CEILING) * 1e3
+            rows.append({"seqlen": n, "config": label, "tma_store": int(tma), "ms": f"{ms:.5f}",
+                         "bound_ms": f"{bound_ms:.5f}", "ratio": f"{ms / bound_ms:.3f}",
+                         "s_max_abs_diff": diff, "error": "", **prov})
+            print(f"N{n} {label} tma={int(tma)}: {ms:.3f} ms, bound {bound_ms:.3f}, "
+                  f"ratio {ms / bound_ms:.2f}, S max |diff| {diff:.3g}", flush=True)
+            del out
+            torch.cuda.empty_cache()
         del q, k, v, reference
         torch.cuda.empty_cache()
     fields = sorted({key for row in rows for key in row}, key=lambda f: (f in prov, f))

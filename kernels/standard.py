@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from algorithms.defaults import softmax_num_warps
-from algorithms.errors import InvalidProblem
+from algorithms.errors import InvalidConfig, InvalidProblem
 from algorithms.problem import TileConfig, cdiv
 
 from .common import ensure_tma_allocator, launch, problem_of, require_hopper, resolve_config, resolve_scale
@@ -62,6 +62,36 @@ def _qk_gemm(Q, K, S, scale, n_q, n_kv, n_bh, H: tl.constexpr, GROUP: tl.constex
     else:
         s_ptrs = S + bh.to(tl.int64) * n_q * n_kv + offs_m[:, None].to(tl.int64) * n_kv + offs_n[None, :]
         tl.store(s_ptrs, s, mask=(offs_m < n_q)[:, None] & (offs_n < n_kv)[None, :])
+
+
+@triton.jit
+def _qk_gemm_persistent(Q, K, S, scale, n_q, n_kv, n_bh, H: tl.constexpr, GROUP: tl.constexpr,
+                        HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_K: tl.constexpr, PROGRAMS: tl.constexpr):
+    # _qk_gemm's tiles in _qk_gemm's launch order (a head's tiles adjacent,
+    # n fastest), PROGRAMS CTAs taking tiles pid, pid + PROGRAMS, ...: the
+    # flattened loop lets the pipeliner load the next tile's Q and K while
+    # this tile's S is still being stored.
+    n_tiles_n = tl.cdiv(n_kv, BLOCK_N)
+    per_head = tl.cdiv(n_q, BLOCK_M) * n_tiles_n
+    for tile in tl.range(tl.program_id(0), per_head * n_bh, PROGRAMS, flatten=True):
+        bh = tile // per_head
+        pid_m = (tile % per_head) // n_tiles_n
+        pid_n = (tile % per_head) % n_tiles_n
+        kvh = (bh // H) * (H // GROUP) + (bh % H) // GROUP
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_k = tl.arange(0, BLOCK_K)
+        q_ptrs = Q + bh.to(tl.int64) * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_k[None, :]
+        k_ptrs = K + kvh.to(tl.int64) * n_kv * HEAD_DIM + offs_n[None, :] * HEAD_DIM + offs_k[:, None]
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for kk in range(0, HEAD_DIM // BLOCK_K):
+            a = tl.load(q_ptrs + kk * BLOCK_K, mask=(offs_m < n_q)[:, None], other=0.0)
+            b = tl.load(k_ptrs + kk * BLOCK_K, mask=(offs_n < n_kv)[None, :], other=0.0)
+            acc = tl.dot(a, b, acc)
+        s_ptrs = S + bh.to(tl.int64) * n_q * n_kv + offs_m[:, None].to(tl.int64) * n_kv + offs_n[None, :]
+        tl.store(s_ptrs, (acc * scale).to(S.dtype.element_ty),
+                 mask=(offs_m < n_q)[:, None] & (offs_n < n_kv)[None, :])
 
 
 @triton.jit
@@ -105,10 +135,11 @@ def _pv_gemm(P, V, O, n_q, n_kv, H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM:
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m < n_q)[:, None])
 
 
-def _plan(q, k, v, causal, config, sm_scale, tma_store):
+def _plan(q, k, v, causal, config, sm_scale, tma_store, qk_programs=None):
     """The three launches on fresh S, P, O, LSE: (o, lse, s, p, [(name, fn,
     matmul_flops, hbm_bytes)]), bytes being the compulsory traffic (each
-    tensor read or written once)."""
+    tensor read or written once). qk_programs: run QKᵀ persistent on that
+    many CTAs (_qk_gemm_persistent) instead of one CTA a tile."""
     problem = problem_of(q, k, v, causal)
     cfg = resolve_config("standard", problem, config, q.device)
     scale = resolve_scale(sm_scale, problem.head_dim)
@@ -122,6 +153,9 @@ def _plan(q, k, v, causal, config, sm_scale, tma_store):
             raise InvalidProblem(f"tma_store=True needs N_kv a multiple of 8 (16-byte rows of S), "
                                  f"got {nkv}")
         ensure_tma_allocator()
+    if qk_programs is not None and (tma or not isinstance(qk_programs, int) or qk_programs < 1):
+        raise InvalidConfig(f"qk_programs must be a positive int of CTAs (and not with tma_store), "
+                            f"got {qk_programs!r}")
     kw = dict(H=h, GROUP=problem.group_size, HEAD_DIM=d)
     s = torch.empty(b, h, nq, nkv, dtype=q.dtype, device=q.device)
     p = torch.empty_like(s)
@@ -132,11 +166,19 @@ def _plan(q, k, v, causal, config, sm_scale, tma_store):
     g3 = (cdiv(nq, cfg.block_m) * cdiv(d, bd), b * h)
     qkv_bytes = (q.numel() + k.numel()) * e
     sp_bytes = b * h * nq * nkv * e
+    tiled = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk, num_warps=cfg.num_warps,
+                 num_stages=cfg.num_stages, **kw)
+    if qk_programs is None:
+        def qk():
+            return launch(_qk_gemm[g1], q, k, s, scale, nq, nkv, b * h, TMA_STORE=tma, **tiled)
+    else:
+        programs = min(qk_programs, g1[0] * g1[1])
+
+        def qk():
+            return launch(_qk_gemm_persistent[(programs,)], q, k, s, scale, nq, nkv, b * h,
+                          PROGRAMS=programs, **tiled)
     parts = [
-        ("qk_gemm", lambda: launch(_qk_gemm[g1], q, k, s, scale, nq, nkv, b * h, BLOCK_M=cfg.block_m,
-                                   BLOCK_N=cfg.block_n, BLOCK_K=bk, TMA_STORE=tma,
-                                   num_warps=cfg.num_warps, num_stages=cfg.num_stages, **kw),
-         2.0 * b * h * nq * nkv * d, qkv_bytes + sp_bytes),
+        ("qk_gemm", qk, 2.0 * b * h * nq * nkv * d, qkv_bytes + sp_bytes),
         ("row_softmax", lambda: launch(_row_softmax[(b * h * nq,)], s, p, lse, nq, nkv,
                                        problem.causal_offset, CAUSAL=problem.causal,
                                        BLOCK=triton.next_power_of_2(nkv),
@@ -151,19 +193,22 @@ def _plan(q, k, v, causal, config, sm_scale, tma_store):
 
 
 def launches(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
-             tma_store: bool = False):
+             tma_store: bool = False, qk_programs: int | None = None):
     """The three launches as separate zero-argument callables, for timing each
     against its own bound: [(name, fn, matmul_flops, hbm_bytes)]. tma_store:
     write S through the TMA unit (Hopper, Nkv a multiple of 8), measured
-    slower than the masked stores (experiments/qk_store_probe.py)."""
-    return _plan(q, k, v, causal, config, sm_scale, tma_store)[-1]
+    slower than the masked stores (experiments/qk_store_probe.py).
+    qk_programs: QKᵀ as a persistent kernel on that many CTAs."""
+    return _plan(q, k, v, causal, config, sm_scale, tma_store, qk_programs)[-1]
 
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
-            return_lse=False, keep_intermediates=False, tma_store: bool = False):
+            return_lse=False, keep_intermediates=False, tma_store: bool = False,
+            qk_programs: int | None = None):
     """Unfused attention in three launches. Same contract as kernels.fa2.forward;
-    keep_intermediates=True also returns (S, P) for inspection."""
-    o, lse, s, p, parts = _plan(q, k, v, causal, config, sm_scale, tma_store)
+    keep_intermediates=True also returns (S, P) for inspection; qk_programs
+    as launches()."""
+    o, lse, s, p, parts = _plan(q, k, v, causal, config, sm_scale, tma_store, qk_programs)
     for _, fn, _, _ in parts:
         fn()
     out = (o, lse) if return_lse else o

@@ -21,6 +21,8 @@
   * pointer-chase latency of a plain load (ld.global.cg) in L2 and in DRAM, and of the
     same chase through the TMA unit (cp.async.bulk 16 B into SMEM completing on an
     mbarrier): the TMA's extra latency is the difference;
+  * the same plain chase while 16-528 other CTAs stream reads from HBM or from L2
+    (loaded_latency): how much later a load lands when the memory is busy;
   * launch cost: do_bench of an empty kernel (the fixed cost of every kernel timed the
     way the validation sweep times attention), plus back-to-back eager and graph launches;
   * the device's own report (SMs, SMEM per SM and per block, registers, L2 size).
@@ -1131,26 +1133,29 @@ def bench_cuda(r: Runner, mod):
             r.add("tensor_mma_sync_cuda", dt, "nan", "TFLOP/s", detail=f"failed: {str(e)[:200]}")
 
 
+def _chase_chain(torch, ws_bytes: int, seed: int):
+    """A random cycle through the 128 B lines of a ws_bytes buffer for
+    chase_plain: element 32·i holds the index of the next line's element.
+    Returns (buffer, start index, lines)."""
+    lines = ws_bytes // 128
+    g = torch.Generator(device="cuda")
+    g.manual_seed(seed)
+    perm = torch.randperm(lines, device="cuda", generator=g).to(torch.int64)
+    arr = torch.zeros(lines * 32, dtype=torch.int32, device="cuda")
+    arr[perm * 32] = (torch.roll(perm, -1) * 32).to(torch.int32)
+    return arr, int(perm[0].item()) * 32, lines
+
+
 def bench_latency(r: Runner, mod):
     import cupy
     import numpy as np
     torch = r.torch
 
-    def make_chain(ws_bytes, seed):
-        lines = ws_bytes // 128
-        g = torch.Generator(device="cuda")
-        g.manual_seed(seed)
-        perm = torch.randperm(lines, device="cuda", generator=g).to(torch.int64)
-        arr = torch.zeros(lines * 32, dtype=torch.int32, device="cuda")
-        nxt = torch.roll(perm, -1)
-        arr[perm * 32] = (nxt * 32).to(torch.int32)
-        return arr, int(perm[0].item()) * 32, lines
-
     out = cupy.zeros(2, dtype=cupy.uint64)
     steps = 4096
     rng = np.random.default_rng(7)
     for regime, ws in (("l2", 4 << 20), ("dram", 1 << 30)):
-        arr, start, lines = make_chain(ws, 1 if regime == "l2" else 2)
+        arr, start, lines = _chase_chain(torch, ws, 1 if regime == "l2" else 2)
         ptr = cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(arr.data_ptr(), arr.numel() * 4, arr), 0)
         carr = cupy.ndarray((arr.numel(),), dtype=cupy.uint32, memptr=ptr)
         warm = lines if regime == "l2" else 64  # l2: touch every line first; dram: only a few
@@ -1180,6 +1185,75 @@ def bench_latency(r: Runner, mod):
             r.add("latency", f"tma_extra_{regime}", res["tma"] - res["plain"], "cycles",
                   detail="TMA chase minus plain chase, same chain")
         del arr
+
+
+# Background readers for loaded_latency: CTAs of 8 warps streaming ld.global.cg
+# (0 = the chase alone, 528 = 4 an SM: every SM reading as hard as it can)
+LOADED_BACKGROUND_CTAS = (0, 16, 33, 66, 132, 264, 528)
+
+
+def bench_loaded_latency(r: Runner, K, mod):
+    """The pointer chase of `latency` (one thread, ld.global.cg, random 128 B
+    lines) timed while other CTAs stream reads: from HBM (a 2 GB buffer; the
+    chase over 1 GB, so both miss L2) and from L2 (a 16 MB buffer; the chase
+    over 4 MB, both L2-resident). Rows `loaded_latency`: the chase's cycles a
+    step beside the background's own bandwidth, for LOADED_BACKGROUND_CTAS
+    readers. The model's HBM and L2 are bandwidth shared among requests plus
+    a fixed latency; this tells how much later a load lands when the memory
+    is busy than that sharing alone makes it (a 128 B chase step takes no
+    bandwidth to speak of)."""
+    import cupy
+    import numpy as np
+    torch = r.torch
+    chase = mod.get_function("chase_plain")
+    BLOCK, UNROLL = 2048, 4
+    out = cupy.zeros(2, dtype=cupy.uint64)
+    steps = 2048 if not r.args.quick else 256
+    rng = np.random.default_rng(11)
+    bg_stream, chase_stream = torch.cuda.Stream(), torch.cuda.Stream()
+    for regime, ws_chase, ws_bg in (("dram", 1 << 30, 2 << 30), ("l2", 4 << 20, 16 << 20)):
+        arr, start, lines = _chase_chain(torch, ws_chase, 3 if regime == "dram" else 4)
+        ptr = cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(arr.data_ptr(), arr.numel() * 4, arr), 0)
+        carr = cupy.ndarray((arr.numel(),), dtype=cupy.uint32, memptr=ptr)
+        big = torch.randn(ws_bg // 4, device="cuda", dtype=torch.float32)
+        nblocks = ws_bg // (BLOCK * 4)
+        warm = lines if regime == "l2" else 64
+        for ctas in LOADED_BACKGROUND_CTAS:
+            part = torch.empty(max(ctas, 1) * BLOCK, device="cuda", dtype=torch.float32)
+            # enough background to outlast the chase several times over, even slowed
+            per_launch = (24 << 30) if regime == "dram" else (96 << 30)
+            iters = max(1, per_launch // (max(ctas, 1) * UNROLL * BLOCK * 4))
+            vals, bws, margins = [], [], []
+            with r.sampler() as smp:
+                for rep in range(3):
+                    torch.cuda.synchronize()
+                    if ctas:
+                        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        with torch.cuda.stream(bg_stream):
+                            t0.record()
+                            K["l2_read"][(ctas,)](big, part, nblocks, iters, BLOCK=BLOCK, UNROLL=UNROLL,
+                                                  num_warps=8)
+                            t1.record()
+                        time.sleep(0.002)   # the readers in full swing before the chase starts
+                    st = start if regime == "l2" else int(rng.integers(lines)) * 32
+                    done = torch.cuda.Event(enable_timing=True)
+                    with cupy.cuda.ExternalStream(chase_stream.cuda_stream):
+                        chase((1,), (32,), (carr, np.int32(warm), np.int32(steps), np.uint32(st), out))
+                    done.record(chase_stream)
+                    torch.cuda.synchronize()
+                    vals.append(int(out[0].get()) / steps)
+                    if ctas:
+                        bws.append(iters * ctas * UNROLL * BLOCK * 4 / (t0.elapsed_time(t1) * 1e-3) / 1e9)
+                        # > 0: the chase ended while the readers still ran (it was loaded throughout)
+                        margins.append(done.elapsed_time(t1))
+            bw = statistics.median(bws) if bws else 0.0
+            overlap = (f"; the chase ended {min(margins):.1f}-{max(margins):.1f} ms before the readers"
+                       if margins else "")
+            r.add("loaded_latency", f"{regime}_{ctas}ctas", statistics.median(vals), "cycles", smp.mhz,
+                  detail=f"1-thread chase over {ws_chase >> 20} MB ({steps} steps, clock64) while {ctas} CTAs "
+                         f"of 8 warps re-read {ws_bg >> 20} MB (ld.global.cg) at {bw:.0f} GB/s; "
+                         f"reps {', '.join(f'{v:.0f}' for v in vals)}{overlap}")
+        del arr, big
 
 
 CTA_CYCLE_TILES = (0, 16384, 32768)   # bytes per CTA: none, a 128x64 and a 128x128 bf16 tile
@@ -1430,6 +1504,7 @@ def cmd_run(args) -> int:
              ("exp2_triton", lambda: bench_exp2_triton(r, K)),
              ("softmax_mix", lambda: bench_softmax_mix(r, K)),
              ("latency", lambda: mod and bench_latency(r, mod)),
+             ("loaded_latency", lambda: mod and bench_loaded_latency(r, K, mod)),
              ("launch", lambda: bench_launch(r, K, mod)),
              ("cta_cycle", lambda: mod and bench_cta_cycle(r, mod)),
              ("cta_stamps", lambda: mod and bench_cta_stamps(r, mod, args.out_dir))]
@@ -1822,7 +1897,7 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,l2,wgmma,cuda,softmax_mix,"
-                                              "l2_store,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,exp2_triton,latency,"
+                                              "l2_store,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,exp2_triton,latency,loaded_latency,"
                                               "launch,cta_cycle,cta_stamps")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("check", help="compile every microkernel for sm_90 here and show its SASS")

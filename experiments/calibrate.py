@@ -850,6 +850,95 @@ def bench_l2(r: Runner, K):
     del big
 
 
+def bench_l2_duration(r: Runner, K):
+    """Why `l2` and `loaded_latency` disagree on the L2's bandwidth (7.7 TB/s
+    against 10.9 re-reading 16 MB with 528 CTAs): the same l2_read over 4-32 MB
+    working sets, each held in a buffer of its own size or as the head of a
+    1 GB buffer (as `l2` reads it), each launch moving 4 GB (as `l2`, about
+    0.5 ms) or 64 GB (about 8 ms). Rows `l2_duration`, GB/s."""
+    torch = r.torch
+    BLOCK, UNROLL = 2048, 4
+    grid = r.sms * 4
+    out = torch.empty(grid * BLOCK, device="cuda", dtype=torch.float32)
+    head = torch.randn((1024 << 20) // 4, device="cuda", dtype=torch.float32)
+    for mb in (4, 8, 16, 24, 32):
+        ws = mb << 20
+        nblocks = ws // (BLOCK * 4)
+        own = torch.randn(ws // 4, device="cuda", dtype=torch.float32)
+        for where, buf in (("own", own), ("head1g", head)):
+            for label, moved in (("4GB", 4 << 30), ("64GB", 64 << 30)):
+                steps = max(2, moved // (grid * UNROLL * BLOCK * 4))
+
+                def fn():
+                    K["l2_read"][(grid,)](buf, out, nblocks, steps, BLOCK=BLOCK, UNROLL=UNROLL, num_warps=8)
+
+                with r.sampler() as smp:
+                    ms = r.event_loop(fn, n=5 if label == "4GB" else 3, warm=2)
+                done = steps * grid * UNROLL * BLOCK * 4
+                r.add("l2_duration", f"{mb}MB_{where}_{label}", done / (ms * 1e-3) / 1e9, "GB/s", smp.mhz,
+                      detail=f"l2_read, {grid} CTAs of 8 warps, {mb} MB working set "
+                             f"({'a buffer of its own' if where == 'own' else 'the head of a 1 GB buffer'}), "
+                             f"{done >> 20} MB a launch, {ms:.3f} ms")
+        del own
+    del head
+
+
+def bench_l2_ramp(r: Runner, K):
+    """l2_duration's launches of 4 GB ran at 7.7 TB/s and of 64 GB at 10.3
+    (16 MB working set): a per-launch cost, or a rate that climbs during a
+    launch? The same l2_read moving 0.125-64 GB a launch over a 16 MB set,
+    and over a 2 GB set (from HBM); then a 0.5 GB launch over the 16 MB set
+    right after a 1 ms exp2 kernel on every SM (warm clocks, L2 untouched)
+    and right after do_bench's own flush (zeroing 256 MB, as the validation
+    sweep times its kernels). Rows `l2_ramp`: ms a launch (event pairs)."""
+    torch = r.torch
+    BLOCK, UNROLL = 2048, 4
+    grid = r.sms * 4
+    out = torch.empty(grid * BLOCK, device="cuda", dtype=torch.float32)
+    chunk = grid * UNROLL * BLOCK * 4
+    for ws_mb in (16, 2048):
+        buf = torch.randn((ws_mb << 20) // 4, device="cuda", dtype=torch.float32)
+        nblocks = (ws_mb << 20) // (BLOCK * 4)
+        sizes = (0.125, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64) if ws_mb == 16 else (0.25, 0.5, 1, 2, 4, 8)
+        for gb in sizes:
+            steps = max(1, int(gb * (1 << 30)) // chunk)
+
+            def fn():
+                K["l2_read"][(grid,)](buf, out, nblocks, steps, BLOCK=BLOCK, UNROLL=UNROLL, num_warps=8)
+
+            with r.sampler() as smp:
+                ms = r.event_loop(fn, n=5, warm=2)
+            r.add("l2_ramp", f"{ws_mb}MB_{gb}GB", ms, "ms", smp.mhz,
+                  detail=f"l2_read, {grid} CTAs of 8 warps, {ws_mb} MB working set, {steps * chunk >> 20} MB "
+                         f"a launch: {steps * chunk / (ms * 1e-3) / 1e9:.0f} GB/s")
+        if ws_mb != 16:
+            del buf
+            continue
+        steps = (1 << 29) // chunk
+        spin_out = torch.empty(r.sms * 16 * 1024, device="cuda", dtype=torch.float32)
+        flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+        before = {"after_spin": lambda: K["exp2_loop"][(r.sms * 16,)](spin_out, 16384, BLOCK=1024, num_warps=4),
+                  "after_flush": lambda: flush.zero_()}
+        for name, pre in before.items():
+            times = []
+            with r.sampler() as smp:
+                for _ in range(7):
+                    pre()
+                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    s.record()
+                    K["l2_read"][(grid,)](buf, out, nblocks, steps, BLOCK=BLOCK, UNROLL=UNROLL, num_warps=8)
+                    e.record()
+                    e.synchronize()
+                    times.append(s.elapsed_time(e))
+            ms = statistics.median(times)
+            r.add("l2_ramp", f"16MB_0.5GB_{name}", ms, "ms", smp.mhz,
+                  detail=f"the 0.5 GB launch over 16 MB timed alone right after "
+                         f"{'a 1 ms exp2 loop on every SM' if name == 'after_spin' else 'zeroing 256 MB'}: "
+                         f"{steps * chunk / (ms * 1e-3) / 1e9:.0f} GB/s; reps "
+                         f"{', '.join(f'{t:.3f}' for t in times)}")
+        del buf, flush
+
+
 def bench_l2_store(r: Runner, K):
     """Stores into an L2-resident set: one CTA alone (the SM's write path to
     L2, l2_sm_store) and four CTAs per SM (L2's write bandwidth)."""
@@ -1495,6 +1584,8 @@ def cmd_run(args) -> int:
     steps = [("device", lambda: bench_device(r)), ("hbm", lambda: bench_hbm(r, K)),
              ("l2", lambda: bench_l2(r, K)),
              ("l2_store", lambda: bench_l2_store(r, K)),
+             ("l2_duration", lambda: bench_l2_duration(r, K)),
+             ("l2_ramp", lambda: bench_l2_ramp(r, K)),
              ("wgmma", lambda: [_dot_tflops(r, K, dt) for dt in ("bf16", "fp16", "fp8")]),
              ("wgmma_shapes", lambda: bench_wgmma_shapes(r, K)),
              ("dot_exp_overlap", lambda: bench_dot_exp_overlap(r, K)),
@@ -1897,7 +1988,7 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,l2,wgmma,cuda,softmax_mix,"
-                                              "l2_store,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,exp2_triton,latency,loaded_latency,"
+                                              "l2_store,l2_duration,l2_ramp,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,exp2_triton,latency,loaded_latency,"
                                               "launch,cta_cycle,cta_stamps")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("check", help="compile every microkernel for sm_90 here and show its SASS")

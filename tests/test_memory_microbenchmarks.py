@@ -1,8 +1,9 @@
-"""What calibrate.py loaded_latency measured on the H100, read from the committed
-rows (experiments/results/calibration_h100.csv): a one-thread pointer chase
-timed while other CTAs stream reads. The model's memory is bandwidth shared
-among requests plus a fixed latency (gpusim/engine/memory.py); these rows say
-how far a lone load's latency moves when the memory is busy."""
+"""What calibrate.py's memory microbenchmarks measured on the H100, read from
+the committed rows (experiments/results/calibration_h100.csv). The model's
+memory is bandwidth shared among requests plus a fixed latency
+(gpusim/engine/memory.py), with the L2's bandwidth one constant; these rows
+say how far a lone load's latency moves when the memory is busy
+(loaded_latency), and how the L2's rate moves over a launch (l2_ramp)."""
 import csv
 import re
 from pathlib import Path
@@ -60,3 +61,42 @@ def test_l2_latency_moves_little():
     rows = _rows("l2")
     idle = rows[0][2]
     assert all(lat <= 1.4 * idle for _, _, lat in rows), rows
+
+
+def _ramp() -> dict[str, float]:
+    return {r["param"]: float(r["value"]) for r in csv.DictReader(open(CSV)) if r["bench"] == "l2_ramp"}
+
+
+def test_l2_rate_climbs_over_a_launch():
+    """Re-reading 16 MB with 528 CTAs, launches of 0.5-8 GB add bytes at the
+    rate the profile takes for the L2 (7.6 TB/s, measured with 4 GB launches:
+    within 10%); from 16 GB (2 ms) on the rate climbs, to 1.3x that between
+    the 32 and the 64 GB launches (3.7 -> 6.7 ms). Kernels of a few ms (fa2
+    at N = 16k) see an L2 faster than the profile's; short ones do not."""
+    ms = _ramp()
+    l2 = load_profile("h100").l2.bandwidth_gbps
+    chunk = 528 * 4 * 2048 * 4     # bytes per l2_read step (calibrate.bench_l2_ramp)
+
+    def moved(gb):
+        return int(gb * (1 << 30)) // chunk * chunk
+
+    def rate(a, b):   # GB/s added between launches of a and b GB
+        return (moved(b) - moved(a)) / ((ms[f"16MB_{b}GB"] - ms[f"16MB_{a}GB"]) * 1e-3) / 1e9
+
+    for a, b in ((0.5, 1), (1, 2), (2, 4), (4, 8)):
+        assert rate(a, b) == pytest.approx(l2, rel=0.10), (a, b, rate(a, b))
+    assert rate(32, 64) >= 1.3 * l2
+
+
+def test_hbm_rate_holds_over_a_launch():
+    """From HBM (a 2 GB set) the same launches add bytes at 2.7-3.0 TB/s
+    whatever their length: no climb (within 10% of the profile's sustained
+    bandwidth from 0.5 GB on)."""
+    ms = _ramp()
+    hbm = load_profile("h100").hbm.sustained_bandwidth_gbps
+    chunk = 528 * 4 * 2048 * 4
+    sizes = (0.5, 1, 2, 4, 8)
+    for a, b in zip(sizes, sizes[1:]):
+        added = (int(b * (1 << 30)) // chunk - int(a * (1 << 30)) // chunk) * chunk
+        rate = added / ((ms[f"2048MB_{b}GB"] - ms[f"2048MB_{a}GB"]) * 1e-3) / 1e9
+        assert rate == pytest.approx(hbm, rel=0.10), (a, b, rate)

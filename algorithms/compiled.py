@@ -12,7 +12,12 @@ triton_smem_fa3.csv; no GPU, no timing):
 - the instructions a warp issues per trip of the unmasked and of the masked
   K/V loop besides its wgmma (kernels/sass.py): the softmax, the masks, the
   address arithmetic and the copies' bookkeeping, which the schedules charge
-  to the SM's issue slots.
+  to the SM's issue slots;
+- the stall clocks ptxas scheduled into the code before, between and after
+  those loops (kernels/sass.py outside_stalls), which a CTA waits out once
+  (its setup, its pipelines' fill and drain, the epilogue's normalisation and
+  layout change through SMEM): for fa2 at D = 64 and 128, 185-2054 clocks a
+  warp before the first loop, 47-1030 between the two, 249-2196 after the last.
 
 Configs the tables lack get no spills and the schedules' estimates (the tables
 are bf16, and fp8 for Triton's fa3; fp16 compiles to the same code but for its
@@ -49,14 +54,16 @@ class Spills:
 @dataclass(frozen=True)
 class Compiled:
     """One probed config: registers per thread, SMEM Triton allocates, spills
-    (None: none recorded) and non-tensor instructions a warp issues per trip
-    of the unmasked and the masked loop (None where the probe has no count)."""
+    (None: none recorded), non-tensor instructions a warp issues per trip
+    of the unmasked and the masked loop, and the stall clocks of the code
+    before, between and after the loops (None where the probe has no count)."""
 
     registers: int | None
     smem_bytes: int | None
     spills: Spills | None
     issue: int | None
     issue_masked: int | None
+    stalls: tuple[int, int, int] | None = None
 
 
 NOTHING = Compiled(None, None, None, None, None)
@@ -85,9 +92,11 @@ def _table(name: str) -> dict:
             if r.get("spill_store_bytes_per_iter"):
                 spills = Spills(int(r["stack_bytes"] or 0), int(r["spill_store_bytes_per_iter"]),
                                 int(r["spill_load_bytes_per_iter"]))
+            stalls = tuple(_int_or_none(r, f"stall_{part}") for part in ("prologue", "between", "epilogue"))
             table[key] = Compiled(_int_or_none(r, "n_regs"), _int_or_none(r, "smem_bytes"), spills,
                                   _int_or_none(r, "issue_per_iter"),
-                                  _int_or_none(r, "issue_per_iter_masked"))
+                                  _int_or_none(r, "issue_per_iter_masked"),
+                                  None if None in stalls else stalls)
     return table
 
 

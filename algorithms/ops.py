@@ -122,6 +122,18 @@ class StepLatency:
 
 
 @dataclass(frozen=True, slots=True)
+class IssueStalls:
+    """`cycles` SM clocks a role spends in straight-line code outside its
+    loops (a kernel's prologue, epilogue, the code between two loops) waiting
+    out the fixed latencies ptxas scheduled between its instructions: the
+    stall counts of the SASS control codes (kernels/sass.py). The role waits
+    without holding a unit, so other CTAs on the SM can fill the time; the
+    variable-latency waits (loads, MUFU, shuffles) are not in it."""
+
+    cycles: float
+
+
+@dataclass(frozen=True, slots=True)
 class SmemIO:
     """Warps reading or writing `nbytes` of shared memory (not counting what
     the tensor cores and copy engines move), e.g. FA1's split-K combine."""

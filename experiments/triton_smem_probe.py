@@ -2,8 +2,9 @@
 the shared memory Triton allocates (metadata.shared), the registers per
 thread ptxas assigns, for fa2 the register spills (stack frame, and the
 bytes a thread stores and reloads per iteration of the hot loop, read off the
-SASS), and the instructions a warp issues per trip of the unmasked and the
-masked K/V loop besides its wgmma (kernels/sass.py), for the grid of configs
+SASS), the instructions a warp issues per trip of the unmasked and the masked
+K/V loop besides its wgmma, and the stall clocks ptxas scheduled into the code
+before, between and after those loops (kernels/sass.py), for the grid of configs
 the simulator must cover. algorithms/compiled.py reads them back for the
 schedules.
 
@@ -34,8 +35,12 @@ SPILL_COLUMNS = ["stack_bytes", "spill_store_bytes_per_iter", "spill_load_bytes_
 # charged at a CTA's start or end, 600-1100 instructions a warp took 4-8 points off the
 # small-N errors but moved the fast path 4-7% off the full simulation in two cases)
 ISSUE_COLUMNS = ["issue_per_iter", "issue_per_iter_masked", "issue_outside_loops"]
+# the stall clocks ptxas scheduled into the code before, between and after the K/V loops
+# (kernels/sass.py outside_stalls): the schedules wait them out once per CTA
+STALL_COLUMNS = ["stall_prologue", "stall_between", "stall_epilogue"]
 COLUMNS = ["block_m", "block_n", "num_warps", "num_stages", "head_dim", "causal", "dtype",
-           "smem_bytes", "n_regs", "exceeds_h100", *SPILL_COLUMNS, *ISSUE_COLUMNS, "triton_version",
+           "smem_bytes", "n_regs", "exceeds_h100", *SPILL_COLUMNS, *ISSUE_COLUMNS, *STALL_COLUMNS,
+           "triton_version",
            "target", "date",
            "command"]
 
@@ -89,7 +94,7 @@ def main(argv=None):
                              "n_regs": "" if regs is None else regs,
                              "exceeds_h100": "" if smem is None else int(smem > H100_SMEM_PER_BLOCK),
                              **{k: "" if res.get(k) is None else res[k]
-                                for k in (*SPILL_COLUMNS, *ISSUE_COLUMNS)},
+                                for k in (*SPILL_COLUMNS, *ISSUE_COLUMNS, *STALL_COLUMNS)},
                              "triton_version": triton.__version__, "target": "cuda:90",
                              "date": date, "command": command})
                 print(f"[{algo} {n}/{len(grid)}] {args[1:]} smem={smem} regs={regs} {err}",

@@ -158,8 +158,9 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
     (90,) for H100) without a GPU and report what Triton allocates:
     {"smem_bytes": metadata.shared, "n_regs": registers per thread from ptxas
     (None if unavailable), the wgmma mix from the PTX (_wgmma_mix), the hot
-    loop's register spill traffic and the instructions a warp issues per trip
-    of the unmasked and the masked loop, from the SASS (kernels/sass.py)}."""
+    loop's register spill traffic, the instructions a warp issues per trip
+    of the unmasked and the masked loop and the stall clocks ptxas scheduled
+    into the code outside them, from the SASS (kernels/sass.py)}."""
     from .common import interpreting
 
     if interpreting():
@@ -192,7 +193,7 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
     res_usage, listing = sass.cuobjdump(compiled, "-res-usage"), sass.cuobjdump(compiled, "-sass")
     return {"smem_bytes": int(compiled.metadata.shared), "n_regs": sass.registers(compiled, res_usage),
             **_wgmma_mix(compiled.asm.get("ptx", "")), **sass.loop_spills(listing, res_usage),
-            **sass.loop_issue_slots(listing)}
+            **sass.loop_issue_slots(listing), **sass.outside_stalls(listing)}
 
 
 def _wgmma_mix(ptx: str) -> dict:

@@ -277,6 +277,7 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
                               options={"num_warps": fa3_triton_warps(config, fp8),
                                        "num_stages": config.num_stages})
     ttgir = compiled.asm.get("ttgir", "")
+    listing = sass.cuobjdump(compiled, "-sass")
     return {"smem_bytes": int(compiled.metadata.shared), "n_regs": sass.registers(compiled),
             "warp_specialized": "ttg.warp_specialize" in ttgir, "ttgir": ttgir,
-            **sass.loop_issue_slots(sass.cuobjdump(compiled, "-sass"))}
+            **sass.loop_issue_slots(listing), **sass.outside_stalls(listing)}

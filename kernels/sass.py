@@ -16,6 +16,14 @@ import tempfile
 import triton
 
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
+# an instruction with its two 64-bit words: cuobjdump prints the second, which
+# holds the control code, on the line below
+_CONTROL = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);\s*/\* 0x[0-9a-f]{16} \*/\s*\n\s*/\* 0x([0-9a-f]{16}) \*/")
+# Volta's control-code layout, kept through Hopper (Jia et al. 2018, "Dissecting the NVIDIA
+# Volta GPU Architecture via Microbenchmarking", sec. 2.2: the 128-bit word's bits 105-108,
+# bits 41-44 of its second half): the clocks the warp waits after this instruction
+# before it issues its next one, as ptxas scheduled them for fixed-latency results
+_STALL_SHIFT, _STALL_MASK = 41, 0xF
 _BACK_BRANCH = re.compile(r"\bBRA\s+0x([0-9a-f]+)")
 _PREDICATE = re.compile(r"^@!?U?P\w+\s+")
 
@@ -57,6 +65,11 @@ def loops(sass: str, holding=lambda body: True) -> list[list[str]]:
     backward branch from past the kernel's EXIT (a retry stub jumping back
     into a loop) spans code that is no loop and is left out."""
     code = [(int(m.group(1), 16), m.group(2).strip()) for m in _INSTRUCTION.finditer(sass)]
+    return [[i for _, i in code[a:b + 1]] for a, b in _loop_spans(code, holding)]
+
+
+def _loop_spans(code: list[tuple[int, str]], holding) -> list[tuple[int, int]]:
+    """loops()'s bodies as (first, last) indices into code, [(address, instruction)]."""
     at = {addr: k for k, (addr, _) in enumerate(code)}
     spans = []
     for k, (addr, ins) in enumerate(code):
@@ -68,7 +81,7 @@ def loops(sass: str, holding=lambda body: True) -> list[list[str]]:
                 spans.append((at[target], k))
     inner = [(a, b) for a, b in spans
              if not any((a, b) != (c, d) and a <= c and d <= b for c, d in spans)]
-    return [[i for _, i in code[a:b + 1]] for a, b in sorted(inner)]
+    return sorted(inner)
 
 
 def tensor_loops(sass: str) -> list[list[str]]:
@@ -130,6 +143,34 @@ def outside_loops(sass: str, tensor_bodies: list[list[str]]) -> int:
     body = [i for i in code[:last_exit + 1] if opcode(i) != "NOP"]
     in_loops = sum(sum(opcode(i) != "NOP" for i in loop) for loop in tensor_bodies)
     return len(body) - in_loops
+
+
+def stall_counts(sass: str) -> list[tuple[int, str, int]]:
+    """(address, instruction, stall count) of each instruction whose second
+    word cuobjdump printed: the clocks ptxas has the warp wait after issuing
+    it (_STALL_SHIFT); results of variable latency (loads, MUFU, shuffles)
+    are waited for through scoreboards instead, not counted here."""
+    return [(int(m.group(1), 16), m.group(2).strip(), (int(m.group(3), 16) >> _STALL_SHIFT) & _STALL_MASK)
+            for m in _CONTROL.finditer(sass)]
+
+
+def outside_stalls(sass: str | None) -> dict:
+    """The stall counts (stall_counts) summed over the kernel's code outside
+    its tensor loops, in SM clocks a warp spends there at the least: before
+    the first loop (setup, the Q load, the first stages' copies),
+    between loops (the first loop's drain, the second one's fill) and after
+    the last, up to the kernel's last EXIT (the epilogue and the stores).
+    Code a warp skips at a branch is counted all the same. Empty without
+    the SASS's control words or without tensor loops."""
+    words = stall_counts(sass) if sass else []
+    spans = _loop_spans([(a, i) for a, i, _ in words], lambda body: any(_is_tensor(i) for i in body))
+    if not spans:
+        return {}
+    stall = [c for _, _, c in words]
+    last_exit = max(k for k, (_, i, _) in enumerate(words) if opcode(i) == "EXIT")
+    return {"stall_prologue": sum(stall[:spans[0][0]]),
+            "stall_between": sum(sum(stall[b + 1:a]) for (_, b), (a, _) in zip(spans, spans[1:])),
+            "stall_epilogue": sum(stall[spans[-1][1] + 1:last_exit + 1])}
 
 
 def loop_issue_slots(sass: str | None) -> dict:

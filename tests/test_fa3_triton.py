@@ -27,7 +27,9 @@ def test_launches_the_warps_triton_builds_and_copies_by_tma():
     assert len(roles) == 2                     # two 64-row warpgroups, as in fa2
     loads = [op for op in walk(roles[0].items) if isinstance(op, Load)]
     assert loads and {op.engine for op in loads} == {TMA}
-    assert isinstance(roles[0].items[1], Wait)  # Q's mbarrier
+    items = roles[0].items
+    q = next(k for k, it in enumerate(items) if isinstance(it, Load) and it.tile.tensor == "Q")
+    assert isinstance(items[q + 1], Wait)      # Q's mbarrier
 
 
 def test_same_bytes_as_fa2_at_the_launched_config():

@@ -47,3 +47,38 @@ def test_opcode_strips_predicates_and_modifiers():
     assert sass.opcode("@!P0 FFMA.FTZ R1, R2, R3, R4") == "FFMA"
     assert sass.opcode("@UP1 UTMALDG.2D [UR8], [UR22]") == "UTMALDG"
     assert sass.opcode("QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR16], RZ, !UPT") == "QGMMA"
+
+
+def _with_control(lines_and_stalls):
+    """cuobjdump's two-line form: the instruction with its first word, the
+    second word (the control code, stall count at bits 41-44) below."""
+    out = []
+    for k, (ins, stall) in enumerate(lines_and_stalls):
+        out.append(f"        /*{16 * k:04x}*/                   {ins} ;   /* 0x000000000000794d */")
+        out.append(f"                                                  /* 0x{(0x7e0 | stall << 1) << 40:016x} */")
+    return "\n".join(out)
+
+
+def test_stall_counts_read_the_control_code():
+    """The second word of the first instruction of fa2's sm_90 build
+    (0x000fe2000001ff00: stall 1) and of a dependent FFMA pair (stall 4)."""
+    real = ("        /*0000*/                   LDC R1, c[0x0][0x28] ;   /* 0x00000a00ff017b82 */\n"
+            "                                                            /* 0x000fe2000001ff00 */")
+    assert sass.stall_counts(real) == [(0, "LDC R1, c[0x0][0x28]", 1)]
+    listing = _with_control([("FFMA R1, R2, R3, R4", 4), ("FFMA R5, R1, R3, R4", 15)])
+    assert [c for *_, c in sass.stall_counts(listing)] == [4, 15]
+
+
+def test_outside_stalls_split_at_the_tensor_loops():
+    """Before the first tensor loop, between the loops, after the last up to
+    the last EXIT (the retry stub after it is left out); a spin loop without
+    a tensor op counts as straight code."""
+    stalls = [1, 2, 3, 1, 1, 1, 4, 1, 1, 1, 1, 5, 6, 7, 8, 9]
+    lines = [ins for ins in SASS.splitlines()]
+    texts = [line.split("*/", 1)[1].strip().rstrip(";").strip() for line in lines]
+    listing = _with_control(list(zip(texts, stalls)))
+    got = sass.outside_stalls(listing)
+    # prologue: 0x00-0x20 (1+2+3); loop 1 0x30-0x60; loop 2 0x70-0xb0 right after it (between 0);
+    # epilogue: STG and EXIT (6+7)
+    assert got == {"stall_prologue": 6, "stall_between": 0, "stall_epilogue": 13}
+    assert sass.outside_stalls(SASS) == {}     # no control words: unknown, not 0

@@ -11,7 +11,8 @@ a CTA is a SimPy process interpreting its ops:
   fewer than 4 warps reaches only warps/4 of the SM's rate (an SM has four
   sub-partitions and a warp runs on one). Async Mma (wgmma) keeps going;
   MmaWait waits for all but the last `pending`. StepLatency: the role waits
-  out a flash step's chain latency (profile) holding no unit.
+  out a flash step's chain latency (profile) holding no unit; IssueStalls:
+  the stall clocks ptxas scheduled into straight-line code, the same way.
 - Load: plain loads stall the role until the bytes arrive; cp.async and TMA
   loads signal their barriers on arrival (TMA adds its extra latency).
 - Store: through the SM port into L2 (write-back); the CTA ends after its
@@ -53,8 +54,8 @@ from math import inf
 import simpy
 from simpy.events import NORMAL, Timeout
 
-from algorithms.ops import (LD, TMA, Alu, Arrive, Exp, Load, Loop, Mma, MmaWait, SmemIO, StepLatency, Store,
-                            SyncThreads, Wait)
+from algorithms.ops import (LD, TMA, Alu, Arrive, Exp, IssueStalls, Load, Loop, Mma, MmaWait, SmemIO, StepLatency,
+                            Store, SyncThreads, Wait)
 from algorithms.problem import DTYPE_BYTES
 from algorithms.schedule import Launch, Schedule
 
@@ -232,6 +233,7 @@ class Engine:
         self.tensor_alu_serial = gpu.units.tensor_alu_serial_fraction
         self.tma_extra = gpu.copy.tma_extra_latency_cycles / clock
         self.step_latency = gpu.units.flash_step_latency_cycles / clock
+        self.clock = clock
         self.launch_gap = gpu.launch.kernel_launch_us * 1e-6
         self.cta_turnover = gpu.launch.cta_turnover_cycles / clock
         self._mma_rates: dict[tuple, float] = {}
@@ -241,7 +243,7 @@ class Engine:
         self.events = 0
         self._ops = {Mma: self._mma, Load: self._load, Store: self._store, Exp: self._exp,
                      Alu: self._alu, SmemIO: self._smem, MmaWait: self._mma_wait,
-                     StepLatency: self._step_latency,
+                     StepLatency: self._step_latency, IssueStalls: self._issue_stalls,
                      Arrive: self._arrive, Wait: self._wait, SyncThreads: self._nothing}
 
     # ------------------------------------------------------------------ ops
@@ -334,6 +336,10 @@ class Engine:
     def _step_latency(self, op: StepLatency, role, cta):
         """The chain's latency: the role waits, the SM's units stay free for others."""
         return self.env.timeout(self.step_latency) if self.step_latency else None
+
+    def _issue_stalls(self, op: IssueStalls, role, cta):
+        """Straight-line code's scheduled stalls: the role waits, no unit is held."""
+        return self.env.timeout(op.cycles / self.clock) if op.cycles > 0 else None
 
     def _smem(self, op: SmemIO, role, cta):
         end = self._unit(cta.sm.smem, SMEM, op.nbytes / self.smem_rate, role, cta, "smem")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .compiled import NOTHING, Compiled, fa2_compiled
-from .ops import CP_ASYNC, TMA, Alu, Exp, Load, Mma, MmaWait, StepLatency, Store, Tile, Wait
+from .ops import CP_ASYNC, TMA, Alu, Exp, IssueStalls, Load, Mma, MmaWait, StepLatency, Store, Tile, Wait
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule, TensorSpec,
                        head_layout, pipelined_loop, plain_load)
@@ -178,8 +178,8 @@ def build(problem: AttentionProblem, cfg: TileConfig, hopper: bool = True) -> Sc
 def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled,
                   variant: Variant) -> Schedule:
     """A kernel with fa2's grid, loops and warps (cfg.num_warps as launched),
-    as `variant` says; `compiled`: its registers, spills and instructions per
-    step (NOTHING: estimates)."""
+    as `variant` says; `compiled`: its registers, spills, instructions per
+    step and stalls outside the loops (NOTHING: estimates, and no stalls)."""
     p, e, d = problem, problem.elem_bytes, problem.head_dim
     bm, bn = cfg.block_m, cfg.block_n
     n_qb = cdiv(p.seqlen_q, bm)
@@ -194,6 +194,11 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
     spilling = spills is not None and spills.bytes > 0
     lanes = role_warps * 32     # a role's threads: each instruction a warp issues is 32 lanes' work
     tma = variant.engine == TMA
+    # the code before, between and after the two loops: the stalls ptxas
+    # scheduled into it, waited out once per CTA (none where the probe has
+    # no count); 185-2196 clocks a warp each. With them fa2's MAPE over the
+    # measured sweep went 15.2 -> 13.3% (validation_notes.md, session 11).
+    before, between, after = ([IssueStalls(c)] for c in compiled.stalls) if compiled.stalls else ([], [], [])
 
     def part(tile: Tile, nbytes: int, k: int):
         """Role k's share of a tile every thread copies a part of (a TMA copy
@@ -261,16 +266,18 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
             # each on its own: the first drains (waits for its last P V and
             # copies) and the second fills its stages afresh (TTGIR, sm_90
             # and sm_80 alike), so a causal CTA waits out one more load.
-            items = [*bring_q,
+            items = [*before, *bring_q,
                      *pipelined_loop("kv", n_full, loads_of, compute_of, cfg.num_stages, key_of,
                                      spill_traffic, role=k, roles=roles, engine=variant.engine),
                      MmaWait(0),                                     # the first loop's last P V
+                     *between,
                      *pipelined_loop("kv_masked", trips - n_full, lambda j: loads_of(n_full + j),
                                      lambda j: compute_of(n_full + j), cfg.num_stages,
                                      lambda j: key_of(n_full + j),
                                      lambda j: spill_traffic(n_full + j),
                                      role=k, roles=roles, engine=variant.engine),
                      MmaWait(0),                                     # the last P V
+                     *after,
                      Alu(bm * d * ALU_EPILOGUE_PER_OUT // roles),
                      Store(*part(Tile("O", b, h, qb), rows_q * d * p.out_elem_bytes, k)),
                      Store(*part(Tile("LSE", b, h, qb), rows_q * ACC_BYTES, k))]

@@ -119,6 +119,39 @@ def test_issue_counts_match_the_probe_table(cfg):
     assert table.issue_masked > table.issue > 0
 
 
+@pytest.mark.parametrize("cfg", [(64, 64, 4, 2, 128, 0), (128, 64, 8, 3, 128, 1)])
+def test_outside_stalls_match_the_probe_table(cfg):
+    """The stall clocks the fa2 schedule waits out before, between and after
+    its loops (from the committed probe CSV) are a live sm_90 compile's."""
+    got, table = _live_and_table(cfg)
+    assert (got["stall_prologue"], got["stall_between"], got["stall_epilogue"]) == table.stalls
+    assert min(table.stalls) > 0
+
+
+def test_fa2_schedule_waits_out_the_stalls_outside_its_loops():
+    """Each role of a Hopper fa2 CTA waits the compiled prologue's stalls
+    first, the stalls between its two loops after the first one's last P V,
+    and the epilogue's after the last P V, before its stores; the Ampere
+    build (no probe rows) waits none."""
+    import algorithms
+    from algorithms.compiled import fa2_compiled
+    from algorithms.ops import IssueStalls, Loop, MmaWait, Store
+
+    problem = AttentionProblem(1, 4, 1024, 64, causal=True)
+    tile = TileConfig(block_m=64, block_n=64, num_warps=8, num_stages=3)
+    stalls = fa2_compiled(problem, tile).stalls
+    for role in algorithms.build("fa2", problem, tile).launches[0].program(5).roles:
+        items = role.items
+        waits = [k for k, it in enumerate(items) if isinstance(it, IssueStalls)]
+        assert [items[k].cycles for k in waits] == list(stalls)
+        loops = [k for k, it in enumerate(items) if isinstance(it, Loop)]
+        first_store = next(k for k, it in enumerate(items) if isinstance(it, Store))
+        assert waits[0] == 0 and loops[0] < waits[1] < loops[1] < waits[2] < first_store
+        assert isinstance(items[waits[1] - 1], MmaWait) and isinstance(items[waits[2] - 1], MmaWait)
+    ampere = algorithms.build("fa2", problem, tile, hopper=False).launches[0].program(5).roles[0]
+    assert not any(isinstance(it, IssueStalls) for it in ampere.items)
+
+
 def test_fa2_schedule_charges_the_compiled_instructions():
     """On Hopper a step's elementwise work is the compiled loop's instructions
     (per warp, x 32 lanes, x the role's warps), masked steps the masked loop's;
@@ -158,4 +191,5 @@ def test_fa3_triton_probe_rows_match_a_live_compile(dtype):
     assert not got["warp_specialized"]
     assert (got["n_regs"], got["smem_bytes"], got["issue_per_iter"]) == \
         (table.registers, table.smem_bytes, table.issue)
+    assert (got["stall_prologue"], got["stall_between"], got["stall_epilogue"]) == table.stalls
     assert ("issue_per_iter_masked" in got) == (dtype == "bf16")

@@ -1,7 +1,8 @@
 """What ptxas made of a compiled Triton kernel, read off its cubin with the
 cuobjdump Triton bundles (no GPU needed): registers per thread, and the loops
 that issue tensor-core instructions (wgmma is HGMMA in SASS, QGMMA for fp8)
--- their register spills and how many instructions a warp issues per trip.
+-- their register spills and how many instructions a warp issues per trip --
+and the stall clocks ptxas scheduled into the code outside those loops.
 
 The schedules take these counts instead of estimating them
 (algorithms/compiled.py reads the table experiments/triton_smem_probe.py
@@ -20,8 +21,8 @@ _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
 # holds the control code, on the line below
 _CONTROL = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);\s*/\* 0x[0-9a-f]{16} \*/\s*\n\s*/\* 0x([0-9a-f]{16}) \*/")
 # Volta's control-code layout, kept through Hopper (Jia et al. 2018, "Dissecting the NVIDIA
-# Volta GPU Architecture via Microbenchmarking", sec. 2.2: the 128-bit word's bits 105-108,
-# bits 41-44 of its second half): the clocks the warp waits after this instruction
+# Volta GPU Architecture via Microbenchmarking", on the control information: the 128-bit
+# word's bits 105-108, bits 41-44 of its second half): the clocks the warp waits after this instruction
 # before it issues its next one, as ptxas scheduled them for fixed-latency results
 _STALL_SHIFT, _STALL_MASK = 41, 0xF
 _BACK_BRANCH = re.compile(r"\bBRA\s+0x([0-9a-f]+)")

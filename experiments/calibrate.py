@@ -939,6 +939,38 @@ def bench_l2_ramp(r: Runner, K):
         del buf, flush
 
 
+def bench_launch_fill(r: Runner, K):
+    """l2_ramp's launches take about 23 us (from L2) and 28 us (from HBM)
+    more than their bytes at the sustained rate, against 4 us for an empty
+    kernel: where does a streaming launch lose that time? The same l2_read
+    over a 16 MB L2-resident set with 0-128 steps a CTA (32 KB each), 132
+    and 528 CTAs. Rows `launch_fill`: us a launch (event pairs, median)."""
+    torch = r.torch
+    BLOCK, UNROLL = 2048, 4
+    buf = torch.randn((16 << 20) // 4, device="cuda", dtype=torch.float32)
+    nblocks = (16 << 20) // (BLOCK * 4)
+    for grid in (r.sms, r.sms * 4):
+        out = torch.empty(grid * BLOCK, device="cuda", dtype=torch.float32)
+        for steps in (0, 1, 2, 4, 8, 16, 32, 64, 128):
+            def fn():
+                K["l2_read"][(grid,)](buf, out, nblocks, steps, BLOCK=BLOCK, UNROLL=UNROLL, num_warps=8)
+
+            with r.sampler() as smp:
+                ms = r.event_loop(fn, n=21, warm=3)
+            moved = steps * grid * UNROLL * BLOCK * 4
+            r.add("launch_fill", f"{grid}ctas_{steps}steps", ms * 1e3, "us", smp.mhz,
+                  detail=f"l2_read, {grid} CTAs of 8 warps, {steps} steps of 32 KB a CTA over a 16 MB set: "
+                         f"{moved >> 20} MB a launch")
+            if grid == r.sms * 4 and steps in (0, 8, 64):
+                # as the validation sweep times its kernels: do_bench, L2 flushed before each call
+                with r.sampler() as smp:
+                    ms = r.do_bench(fn)
+                r.add("launch_fill", f"{grid}ctas_{steps}steps_do_bench", ms * 1e3, "us", smp.mhz,
+                      detail=f"the same launch timed by triton.testing.do_bench (L2 flushed before each "
+                             f"call, so the set comes from HBM): {moved >> 20} MB a launch")
+    del buf
+
+
 def bench_l2_store(r: Runner, K):
     """Stores into an L2-resident set: one CTA alone (the SM's write path to
     L2, l2_sm_store) and four CTAs per SM (L2's write bandwidth)."""
@@ -1586,6 +1618,7 @@ def cmd_run(args) -> int:
              ("l2_store", lambda: bench_l2_store(r, K)),
              ("l2_duration", lambda: bench_l2_duration(r, K)),
              ("l2_ramp", lambda: bench_l2_ramp(r, K)),
+             ("launch_fill", lambda: bench_launch_fill(r, K)),
              ("wgmma", lambda: [_dot_tflops(r, K, dt) for dt in ("bf16", "fp16", "fp8")]),
              ("wgmma_shapes", lambda: bench_wgmma_shapes(r, K)),
              ("dot_exp_overlap", lambda: bench_dot_exp_overlap(r, K)),
@@ -1988,7 +2021,7 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,l2,wgmma,cuda,softmax_mix,"
-                                              "l2_store,l2_duration,l2_ramp,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,exp2_triton,latency,loaded_latency,"
+                                              "l2_store,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,exp2_triton,latency,loaded_latency,"
                                               "launch,cta_cycle,cta_stamps")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("check", help="compile every microkernel for sm_90 here and show its SASS")

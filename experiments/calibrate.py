@@ -744,14 +744,17 @@ class Runner:
         working sets that should stay in L2). Each call waits for the last, so the
         GPU sits idle between the start event and the kernel while the host
         launches it: some 30 us of Triton's launch path in every figure (an
-        empty launch: 33-39 us, against do_bench's 4.8; calibrate.py launch_fill).
+        empty launch: 33-39 us in two runs, against do_bench's 4.8-5.0;
+        calibrate.py launch_fill).
         host_cover=True queues a 100 us GPU sleep before the start event, so the
         host has launched fn before the GPU reaches it (figures before session 11
         were taken without it)."""
         torch = self.torch
         for _ in range(warm):
             fn()
-        cover = int(100e-6 * 1.98e9)      # clocks (H100 boost clock: 100 us)
+        # 100 us of GPU clocks at the device's top clock from NVML, else the H100's
+        # 1980 MHz (torch.cuda._sleep counts clocks)
+        cover = int(100e-6 * float(self.prov.get("max_sm_clock_mhz") or 1980) * 1e6)
         times = []
         for _ in range(n):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -708,20 +708,30 @@ def predictions_path(profile, kind="validation", outdir=RESULTS):
     return os.path.join(outdir, f"{kind}_predictions_{profile.replace('.', '_')}.csv")
 
 
-def save_predictions(path, rows, preds, profile):
-    commit = ""
+def _commit() -> str:
+    """The commit whose model predicts: GPUSIM_GIT_COMMIT where the tree has no .git
+    (a clean export), else git's HEAD."""
+    commit = os.environ.get("GPUSIM_GIT_COMMIT", "")
+    if commit:
+        return commit
     try:
-        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, timeout=10).stdout.strip()
+        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
     except Exception:
-        pass
+        return ""
+
+
+def save_predictions(path, rows, preds, profile):
+    """One line per row; a reused prediction keeps the commit it was made at."""
+    commit = _commit()
     out = [{"key": _row_key(r), **{k: pr.get(k, "") if pr.get(k) is not None else "" for k in PRED_FIELDS},
-            "profile": profile, "git_commit": commit} for r, pr in zip(rows, preds)]
+            "profile": profile, "git_commit": pr.get("git_commit") or commit} for r, pr in zip(rows, preds)]
     write_csv_atomic(path, out, ["key", *PRED_FIELDS, "profile", "git_commit"])
 
 
 def load_predictions(path, rows):
-    """Predictions saved by an earlier report for exactly these rows, else None."""
+    """Predictions saved by an earlier report, aligned with rows: None for a
+    row the file lacks; None for all without the file."""
     if not os.path.exists(path):
         return None
     with open(path, newline="") as f:
@@ -730,12 +740,32 @@ def load_predictions(path, rows):
     for r in rows:
         s = saved.get(_row_key(r))
         if s is None:
-            return None
+            out.append(None)
+            continue
         d = {k: s.get(k, "") for k in PRED_FIELDS}
         for k in ("runtime_us", "hbm_read_bytes", "hbm_write_bytes", "l2_read_bytes"):
             d[k] = float(d[k]) if d[k] not in ("", None) else None
+        d["git_commit"] = s.get("git_commit", "")
         out.append(d)
     return out
+
+
+def reuse_or_predict(path, rows, profile, jobs, reuse):
+    """Predictions for rows: with reuse, those saved at path and the rows it
+    lacks predicted now (delete a profile's lines of one algorithm to re-predict
+    only them); without, all predicted. Saves the file when anything was
+    predicted."""
+    preds = load_predictions(path, rows) if reuse else None
+    if preds is None:
+        preds = [None] * len(rows)
+    missing = [i for i, pr in enumerate(preds) if pr is None]
+    if missing:
+        if reuse and len(missing) < len(rows):
+            log(f"[report] {profile}: {len(rows) - len(missing)} predictions reused, {len(missing)} to make")
+        for i, pr in zip(missing, predict_rows([rows[i] for i in missing], profile, jobs)):
+            preds[i] = pr
+        save_predictions(path, rows, preds, profile)
+    return preds
 
 
 def algo_label(row):
@@ -953,11 +983,8 @@ def cmd_report(args) -> int:
     summary = {}
     for prof in profiles:
         tp = time.time()
-        preds = load_predictions(predictions_path(prof, "validation", os.path.dirname(os.path.abspath(args.report))), rows) if args.reuse_predictions else None
-        if preds is None:
-            preds = predict_rows(rows, prof, args.jobs)
-            if True:
-                save_predictions(predictions_path(prof, "validation", os.path.dirname(os.path.abspath(args.report))), rows, preds, prof)
+        preds = reuse_or_predict(predictions_path(prof, "validation", os.path.dirname(os.path.abspath(args.report))),
+                                 rows, prof, args.jobs, args.reuse_predictions)
         m = compute_metrics(rows, preds)
         rs = ranking_summary(m["ranking"])
         summary[prof] = {"errors": m["errors"], "ranking": rs}
@@ -1019,10 +1046,8 @@ def cmd_report(args) -> int:
                              f"{pr.get('bottleneck') or '–'} |")
             lines.append("")
         if ncu_rows:
-            npreds = load_predictions(predictions_path(prof, "ncu", os.path.dirname(os.path.abspath(args.report))), ncu_rows) if args.reuse_predictions else None
-            if npreds is None:
-                npreds = predict_rows(ncu_rows, prof, args.jobs)
-                save_predictions(predictions_path(prof, "ncu", os.path.dirname(os.path.abspath(args.report))), ncu_rows, npreds, prof)
+            npreds = reuse_or_predict(predictions_path(prof, "ncu", os.path.dirname(os.path.abspath(args.report))),
+                                      ncu_rows, prof, args.jobs, args.reuse_predictions)
             bm = byte_metrics(ncu_rows, npreds)
             summary[prof]["bytes"] = bm
             lines += ["Bytes, predicted vs ncu (`--clock-control none`, caches flushed before each kernel; "
@@ -1118,7 +1143,8 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--reuse-predictions", action="store_true",
-                   help="re-render from experiments/results/*_predictions_<profile>.csv if they cover every row")
+                   help="reuse the predictions saved beside the report (*_predictions_<profile>.csv), "
+                        "predicting only the rows they lack (each line keeps the commit it was made at)")
     p.set_defaults(func=cmd_report)
     args = ap.parse_args(argv)
     try:

@@ -110,6 +110,39 @@ def test_compute_metrics_groups_by_algo_and_shape():
     assert gm["mape.fa2"] == pytest.approx(0.10) and gm["unpredicted_rows"] == 1.0
 
 
+def test_reuse_predicts_only_the_rows_the_saved_file_lacks(tmp_path, monkeypatch):
+    """report --reuse-predictions: the saved lines are reused and keep their
+    commit; a row whose line was deleted is predicted again, alone."""
+    from algorithms.problem import AttentionProblem, TileConfig
+
+    p = AttentionProblem(batch=16, heads=16, seqlen_q=1024, head_dim=128)
+    rows = [{"algo": "fa2", "problem": p, "config": TileConfig(block_m=64, block_n=bn), "ms": 1.0}
+            for bn in (32, 64, 128)]
+    asked = []
+
+    def fake_predict(rs, gpu, jobs=1):
+        asked.append([r["config"].block_n for r in rs])
+        return [{"runtime_us": 100.0 * r["config"].block_n, "bottleneck": "tensor_cores", "error": ""}
+                for r in rs]
+
+    monkeypatch.setattr(V, "predict_rows", fake_predict)
+    path = str(tmp_path / "validation_predictions_h100.csv")
+    monkeypatch.setenv("GPUSIM_GIT_COMMIT", "aaaaaaa")
+    V.reuse_or_predict(path, rows, "h100", 1, reuse=True)        # no file yet: all predicted
+    lines = open(path).read().splitlines()
+    with open(path, "w") as f:
+        # (key: algo|dtype|batch|heads|N|D|causal|block_m|block_n|warps|stages)
+        f.write("\n".join(line for line in lines if line.split(",")[0].split("|")[8:9] != ["64"]) + "\n")
+    monkeypatch.setenv("GPUSIM_GIT_COMMIT", "bbbbbbb")
+    preds = V.reuse_or_predict(path, rows, "h100", 1, reuse=True)
+    assert asked == [[32, 64, 128], [64]]
+    assert [pr["runtime_us"] for pr in preds] == [3200.0, 6400.0, 12800.0]
+    saved = {r["key"].split("|")[8]: r["git_commit"] for r in csv.DictReader(open(path))}
+    assert saved == {"32": "aaaaaaa", "64": "bbbbbbb", "128": "aaaaaaa"}
+    V.reuse_or_predict(path, rows, "h100", 1, reuse=True)         # nothing missing: nothing asked
+    assert len(asked) == 2
+
+
 # --------------------------------------------------------------------------- files
 HEADER = V.COLUMNS
 

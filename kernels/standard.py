@@ -33,14 +33,10 @@ from .common import ensure_tma_allocator, launch, problem_of, require_hopper, re
 
 
 @triton.jit
-def _qk_gemm(Q, K, S, scale, n_q, n_kv, n_bh, H: tl.constexpr, GROUP: tl.constexpr,
-             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_K: tl.constexpr, TMA_STORE: tl.constexpr):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    n_tiles_n = tl.cdiv(n_kv, BLOCK_N)
-    pid_m = pid // n_tiles_n
-    pid_n = pid % n_tiles_n
+def _qk_tile(Q, K, S, scale, n_q, n_kv, bh, pid_m, pid_n, H: tl.constexpr, GROUP: tl.constexpr,
+             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Tile (pid_m, pid_n) of head bh's S = scale · Q Kᵀ in S's dtype, with its
+    row and column offsets (the tiled and the persistent kernel share it)."""
     kvh = (bh // H) * (H // GROUP) + (bh % H) // GROUP
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -52,7 +48,27 @@ def _qk_gemm(Q, K, S, scale, n_q, n_kv, n_bh, H: tl.constexpr, GROUP: tl.constex
         a = tl.load(q_ptrs + kk * BLOCK_K, mask=(offs_m < n_q)[:, None], other=0.0)
         b = tl.load(k_ptrs + kk * BLOCK_K, mask=(offs_n < n_kv)[None, :], other=0.0)
         acc = tl.dot(a, b, acc)
-    s = (acc * scale).to(S.dtype.element_ty)
+    return (acc * scale).to(S.dtype.element_ty), offs_m, offs_n
+
+
+@triton.jit
+def _store_s_tile(S, s, bh, offs_m, offs_n, n_q, n_kv):
+    """A tile of S from registers, masked at the head's last row and column."""
+    s_ptrs = S + bh.to(tl.int64) * n_q * n_kv + offs_m[:, None].to(tl.int64) * n_kv + offs_n[None, :]
+    tl.store(s_ptrs, s, mask=(offs_m < n_q)[:, None] & (offs_n < n_kv)[None, :])
+
+
+@triton.jit
+def _qk_gemm(Q, K, S, scale, n_q, n_kv, n_bh, H: tl.constexpr, GROUP: tl.constexpr,
+             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr, TMA_STORE: tl.constexpr):
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    n_tiles_n = tl.cdiv(n_kv, BLOCK_N)
+    pid_m = pid // n_tiles_n
+    pid_n = pid % n_tiles_n
+    s, offs_m, offs_n = _qk_tile(Q, K, S, scale, n_q, n_kv, bh, pid_m, pid_n, H, GROUP, HEAD_DIM,
+                                 BLOCK_M, BLOCK_N, BLOCK_K)
     if TMA_STORE:
         # S through the TMA unit: one bulk copy of the tile from SMEM, clipped
         # at the head's last row and column by the [B*H, Nq, Nkv] box
@@ -60,8 +76,7 @@ def _qk_gemm(Q, K, S, scale, n_q, n_kv, n_bh, H: tl.constexpr, GROUP: tl.constex
                                          block_shape=[1, BLOCK_M, BLOCK_N])
         desc.store([bh, pid_m * BLOCK_M, pid_n * BLOCK_N], s.reshape([1, BLOCK_M, BLOCK_N]))
     else:
-        s_ptrs = S + bh.to(tl.int64) * n_q * n_kv + offs_m[:, None].to(tl.int64) * n_kv + offs_n[None, :]
-        tl.store(s_ptrs, s, mask=(offs_m < n_q)[:, None] & (offs_n < n_kv)[None, :])
+        _store_s_tile(S, s, bh, offs_m, offs_n, n_q, n_kv)
 
 
 @triton.jit
@@ -78,20 +93,9 @@ def _qk_gemm_persistent(Q, K, S, scale, n_q, n_kv, n_bh, H: tl.constexpr, GROUP:
         bh = tile // per_head
         pid_m = (tile % per_head) // n_tiles_n
         pid_n = (tile % per_head) % n_tiles_n
-        kvh = (bh // H) * (H // GROUP) + (bh % H) // GROUP
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        offs_k = tl.arange(0, BLOCK_K)
-        q_ptrs = Q + bh.to(tl.int64) * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_k[None, :]
-        k_ptrs = K + kvh.to(tl.int64) * n_kv * HEAD_DIM + offs_n[None, :] * HEAD_DIM + offs_k[:, None]
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for kk in range(0, HEAD_DIM // BLOCK_K):
-            a = tl.load(q_ptrs + kk * BLOCK_K, mask=(offs_m < n_q)[:, None], other=0.0)
-            b = tl.load(k_ptrs + kk * BLOCK_K, mask=(offs_n < n_kv)[None, :], other=0.0)
-            acc = tl.dot(a, b, acc)
-        s_ptrs = S + bh.to(tl.int64) * n_q * n_kv + offs_m[:, None].to(tl.int64) * n_kv + offs_n[None, :]
-        tl.store(s_ptrs, (acc * scale).to(S.dtype.element_ty),
-                 mask=(offs_m < n_q)[:, None] & (offs_n < n_kv)[None, :])
+        s, offs_m, offs_n = _qk_tile(Q, K, S, scale, n_q, n_kv, bh, pid_m, pid_n, H, GROUP, HEAD_DIM,
+                                     BLOCK_M, BLOCK_N, BLOCK_K)
+        _store_s_tile(S, s, bh, offs_m, offs_n, n_q, n_kv)
 
 
 @triton.jit

@@ -133,6 +133,12 @@ def loop_spills(sass: str | None, res_usage: str | None) -> dict:
             "spill_store_bytes_per_iter": stores, "spill_load_bytes_per_iter": loads}
 
 
+def _last_exit(code: list[str]) -> int:
+    """Index of the kernel's last EXIT (the retry stubs after it seldom run);
+    the last instruction without one."""
+    return max((k for k, i in enumerate(code) if opcode(i) == "EXIT"), default=len(code) - 1)
+
+
 def outside_loops(sass: str, tensor_bodies: list[list[str]]) -> int:
     """Instructions of the kernel's body (up to its last EXIT; the retry stubs
     after it seldom run) outside its tensor loops (tensor_loops(sass)), NOPs
@@ -140,8 +146,7 @@ def outside_loops(sass: str, tensor_bodies: list[list[str]]) -> int:
     and the stores, each issued once per CTA (branches not taken counted all
     the same)."""
     code = [m.group(2).strip() for m in _INSTRUCTION.finditer(sass)]
-    last_exit = max((k for k, i in enumerate(code) if opcode(i) == "EXIT"), default=len(code) - 1)
-    body = [i for i in code[:last_exit + 1] if opcode(i) != "NOP"]
+    body = [i for i in code[:_last_exit(code) + 1] if opcode(i) != "NOP"]
     in_loops = sum(sum(opcode(i) != "NOP" for i in loop) for loop in tensor_bodies)
     return len(body) - in_loops
 
@@ -168,7 +173,7 @@ def outside_stalls(sass: str | None) -> dict:
     if not spans:
         return {}
     stall = [c for _, _, c in words]
-    last_exit = max(k for k, (_, i, _) in enumerate(words) if opcode(i) == "EXIT")
+    last_exit = _last_exit([i for _, i, _ in words])
     return {"stall_prologue": sum(stall[:spans[0][0]]),
             "stall_between": sum(sum(stall[b + 1:a]) for (_, b), (a, _) in zip(spans, spans[1:])),
             "stall_epilogue": sum(stall[spans[-1][1] + 1:last_exit + 1])}

@@ -63,8 +63,21 @@ def test_l2_latency_moves_little():
     assert all(lat <= 1.4 * idle for _, _, lat in rows), rows
 
 
+# bytes one step of calibrate.py's l2_read moves with 528 CTAs (4 loads of 2048 fp32 a CTA)
+L2_READ_STEP = 528 * 4 * 2048 * 4
+
+
 def _ramp() -> dict[str, float]:
     return {r["param"]: float(r["value"]) for r in csv.DictReader(open(CSV)) if r["bench"] == "l2_ramp"}
+
+
+def _ramp_rate(ms: dict, working_set: str, a: float, b: float) -> float:
+    """GB/s added between l2_ramp's launches of a and b GB over working_set
+    ("16MB", "2048MB"): whole steps a launch (calibrate.bench_l2_ramp), and
+    the launches' fixed costs cancel in the difference."""
+    def moved(gb):
+        return int(gb * (1 << 30)) // L2_READ_STEP * L2_READ_STEP
+    return (moved(b) - moved(a)) / ((ms[f"{working_set}_{b}GB"] - ms[f"{working_set}_{a}GB"]) * 1e-3) / 1e9
 
 
 def test_l2_rate_climbs_over_a_launch():
@@ -75,17 +88,10 @@ def test_l2_rate_climbs_over_a_launch():
     at N = 16k) see an L2 faster than the profile's; short ones do not."""
     ms = _ramp()
     l2 = load_profile("h100").l2.bandwidth_gbps
-    chunk = 528 * 4 * 2048 * 4     # bytes per l2_read step (calibrate.bench_l2_ramp)
-
-    def moved(gb):
-        return int(gb * (1 << 30)) // chunk * chunk
-
-    def rate(a, b):   # GB/s added between launches of a and b GB
-        return (moved(b) - moved(a)) / ((ms[f"16MB_{b}GB"] - ms[f"16MB_{a}GB"]) * 1e-3) / 1e9
-
     for a, b in ((0.5, 1), (1, 2), (2, 4), (4, 8)):
-        assert rate(a, b) == pytest.approx(l2, rel=0.10), (a, b, rate(a, b))
-    assert rate(32, 64) >= 1.3 * l2
+        rate = _ramp_rate(ms, "16MB", a, b)
+        assert rate == pytest.approx(l2, rel=0.10), (a, b, rate)
+    assert _ramp_rate(ms, "16MB", 32, 64) >= 1.3 * l2
 
 
 def test_hbm_rate_holds_over_a_launch():
@@ -94,11 +100,9 @@ def test_hbm_rate_holds_over_a_launch():
     bandwidth from 0.5 GB on)."""
     ms = _ramp()
     hbm = load_profile("h100").hbm.sustained_bandwidth_gbps
-    chunk = 528 * 4 * 2048 * 4
     sizes = (0.5, 1, 2, 4, 8)
     for a, b in zip(sizes, sizes[1:]):
-        added = (int(b * (1 << 30)) // chunk - int(a * (1 << 30)) // chunk) * chunk
-        rate = added / ((ms[f"2048MB_{b}GB"] - ms[f"2048MB_{a}GB"]) * 1e-3) / 1e9
+        rate = _ramp_rate(ms, "2048MB", a, b)
         assert rate == pytest.approx(hbm, rel=0.10), (a, b, rate)
 
 
@@ -116,6 +120,5 @@ def test_event_loop_times_include_the_host_launch():
     for grid in (132, 528):
         assert rows[f"{grid}ctas_0steps_covered"] <= 1.5 * rows["528ctas_0steps_do_bench"]
         assert rows[f"{grid}ctas_0steps"] - rows[f"{grid}ctas_0steps_covered"] >= 20
-    step_bytes = 528 * 4 * 2048 * 4
-    rate = 56 * step_bytes / ((rows["528ctas_64steps_do_bench"] - rows["528ctas_8steps_do_bench"]) * 1e-6) / 1e9
+    rate = 56 * L2_READ_STEP / ((rows["528ctas_64steps_do_bench"] - rows["528ctas_8steps_do_bench"]) * 1e-6) / 1e9
     assert rate == pytest.approx(load_profile("h100").l2.bandwidth_gbps, rel=0.10), rate

@@ -398,12 +398,30 @@ def triton_kernels():
         return tl.load(P + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :])
 
     @triton.jit
-    def dot_shape(A, B, C, iters, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                  A_IN_REGS: tl.constexpr):
+    def clock_stamp(CLK, slot: tl.constexpr, after):
+        # CLK[cta, slot], CLK[cta, slot + 1] = the SM's clock64 and the global
+        # timer (ns), read once `after` (an int32 scalar) is computed: cycles
+        # counted by the SM that ran the work, whatever clock NVML reports
+        # around the launch (its 5 ms samples of sub-ms launches read 1335-1980
+        # MHz for the same kernel in session 12)
+        cta = tl.program_id(0)
+        c = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [after], dtype=tl.int64,
+                                      is_pure=False, pack=1)
+        t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [after], dtype=tl.int64,
+                                      is_pure=False, pack=1)
+        tl.store(CLK + cta * 4 + slot, c)
+        tl.store(CLK + cta * 4 + slot + 1, t)
+
+    @triton.jit
+    def dot_shape(A, B, C, iters, CLK, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  A_IN_REGS: tl.constexpr, CLOCKED: tl.constexpr = False):
         # One product per iteration on operands held on chip. A_IN_REGS: A is rebuilt in
         # registers every iteration (as FA's P is), so wgmma takes it from registers
         # and reads only B from SMEM; otherwise both operands sit in SMEM (Q Kᵀ).
+        # CLOCKED: CLK gets each CTA's clock64 and global timer at start and end.
         pid = tl.program_id(0)
+        if CLOCKED:
+            clock_stamp(CLK, 0, pid)
         rm = tl.arange(0, BM)
         rn = tl.arange(0, BN)
         a = tile(A, BM, BK)
@@ -415,6 +433,8 @@ def triton_kernels():
             else:
                 acc = tl.dot(a, b, acc)
         tl.store(C + pid * BM * BN + rm[:, None] * BN + rn[None, :], acc)
+        if CLOCKED:
+            clock_stamp(CLK, 2, tl.sum(tl.sum(acc, 1), 0).to(tl.int32, bitcast=True))
 
     @triton.jit
     def elementwise(x, FMA: tl.constexpr):
@@ -488,14 +508,17 @@ def triton_kernels():
             tl.store(C + pid, tl.sum(tl.sum(acc2, 1), 0))
 
     @triton.jit
-    def dot_chain(A, B, V, C, iters, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                  D: tl.constexpr):
+    def dot_chain(A, B, V, C, iters, CLK, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  D: tl.constexpr, CLOCKED: tl.constexpr = False):
         # A dependent chain per iteration, operands on chip: S = A·B (SMEM
         # operands), an exp2 and a row max on S, then acc += P·V with P from
         # registers -- the shape of a flash-attention step without its loads.
         # Timed at 1, 2, 4 CTAs per SM: how much of the chain's latency other
         # CTAs hide (an SM's throughput vs one warpgroup's round trip).
+        # CLOCKED: CLK gets each CTA's clock64 and global timer at start and end.
         pid = tl.program_id(0)
+        if CLOCKED:
+            clock_stamp(CLK, 0, pid)
         a = tile(A, BM, BK)
         b = tile(B, BK, BN)
         v = tile(V, BN, D)
@@ -506,7 +529,10 @@ def triton_kernels():
             m = tl.maximum(m, tl.max(s, 1))
             p = tl.exp2(s * 0.01 - m[:, None] * 0.01)
             acc = tl.dot(p.to(v.dtype), v, acc)
-        tl.store(C + pid, tl.sum(tl.sum(acc, 1), 0) + tl.sum(m, 0))
+        out = tl.sum(tl.sum(acc, 1), 0) + tl.sum(m, 0)
+        tl.store(C + pid, out)
+        if CLOCKED:
+            clock_stamp(CLK, 2, out.to(tl.int32, bitcast=True))
 
     @triton.jit
     def softmax_mix(X, OUT, iters, BM: tl.constexpr, BN: tl.constexpr, EXP: tl.constexpr):
@@ -603,10 +629,10 @@ def cmd_check(args) -> int:
 
     for dt, (bm, bn, bk) in DOT_SHAPES.items():
         tdt = {"bf16": "*bf16", "fp16": "*fp16", "fp8": "*fp8e4nv"}[dt]
-        c = build(kernels["dot_shape"], {"A": tdt, "B": tdt, "C": "*fp32", "iters": "i32",
+        c = build(kernels["dot_shape"], {"A": tdt, "B": tdt, "C": "*fp32", "iters": "i32", "CLK": "*i64",
                                          "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
-                                         "A_IN_REGS": "constexpr"},
-                  {"BM": bm, "BN": bn, "BK": bk, "A_IN_REGS": False}, warps=DOT_WARPS)
+                                         "A_IN_REGS": "constexpr", "CLOCKED": "constexpr"},
+                  {"BM": bm, "BN": bn, "BK": bk, "A_IN_REGS": False, "CLOCKED": True}, warps=DOT_WARPS)
         s = sass_of(c)
         mma = re.findall(r"\b([HQ]GMMA\.[\w.]+|HMMA\.[\w.]+)", s)
         has = any(m.startswith(("HGMMA", "QGMMA")) for m in mma)
@@ -681,6 +707,7 @@ class Runner:
         except Exception as e:  # pragma: no cover
             print(f"[calibrate] NVML unavailable: {e}", file=sys.stderr)
         self.prov = self._provenance()
+        self.timing = None      # set by event_loop, noted by the next add()
 
     def _provenance(self):
         import torch
@@ -725,6 +752,9 @@ class Runner:
         return ClockSampler(self.nvml)
 
     def add(self, bench, param, value, unit, clock=None, kclock=None, detail=""):
+        if self.timing:     # how the figure was timed, when event_loop timed it
+            detail = f"{detail}; timed by {self.timing}" if detail else f"timed by {self.timing}"
+            self.timing = None
         row = {"bench": bench, "param": param, "value": f"{value:.6g}" if isinstance(value, float) else value,
                "unit": unit, "clock_mhz_nvml": f"{clock:.0f}" if clock else "",
                "clock_mhz_kernel": f"{kclock:.0f}" if kclock else "", "detail": detail}
@@ -739,17 +769,19 @@ class Runner:
         import triton
         return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
-    def event_loop(self, fn, n=20, warm=3, host_cover=False):
+    def event_loop(self, fn, n=20, warm=3, host_cover=True):
         """Median ms of fn over n calls with events around each, no cache flush (for
-        working sets that should stay in L2). Each call waits for the last, so the
-        GPU sits idle between the start event and the kernel while the host
-        launches it: some 30 us of Triton's launch path in every figure (an
-        empty launch: 33-39 us in two runs, against do_bench's 4.8-5.0;
-        calibrate.py launch_fill).
-        host_cover=True queues a 100 us GPU sleep before the start event, so the
-        host has launched fn before the GPU reaches it (figures before session 11
-        were taken without it)."""
+        working sets that should stay in L2). Each call waits for the last, so
+        without cover the GPU sits idle between the start event and the kernel
+        while the host launches it: some 30 us of Triton's launch path in every
+        figure (an empty launch: 33-39 us in two runs, against do_bench's
+        4.8-5.0; calibrate.py launch_fill).
+        host_cover (the default since session 12) queues a 100 us GPU sleep
+        before the start event, so the host has launched fn before the GPU
+        reaches it. Rows timed before session 12 were taken without it; every
+        row says which (Runner.add appends the timing)."""
         torch = self.torch
+        self.timing = "event_loop behind a 100 us GPU sleep" if host_cover else "event_loop, uncovered"
         for _ in range(warm):
             fn()
         # 100 us of GPU clocks at the device's top clock from NVML, else the H100's
@@ -973,8 +1005,7 @@ def bench_launch_fill(r: Runner, K):
                     ms = r.event_loop(fn, n=21, warm=3, host_cover=cover)
                 r.add("launch_fill", f"{grid}ctas_{steps}steps" + ("_covered" if cover else ""), ms * 1e3, "us",
                       smp.mhz, detail=f"l2_read, {grid} CTAs of 8 warps, {steps} steps of 32 KB a CTA over a 16 MB "
-                                      f"set: {moved >> 20} MB a launch; event_loop"
-                                      + (" behind a 100 us GPU sleep (host_cover)" if cover else ""))
+                                      f"set: {moved >> 20} MB a launch")
             if grid == r.sms * 4 and steps in (0, 8, 64):
                 # as the validation sweep times its kernels: do_bench, L2 flushed before each call
                 with r.sampler() as smp:
@@ -1029,20 +1060,23 @@ def _dot_tflops(r: Runner, K, dt: str):
     b = (torch.randn(bk, bn, device="cuda") * 0.1).to(tdt)
     grid = r.sms * 8
     c = torch.empty(grid * bm * bn, device="cuda", dtype=torch.float32)
+    clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
     iters = 4096 if not r.args.quick else 1024
 
     def fn():
-        K["dot_shape"][(grid,)](a, b, c, iters, BM=bm, BN=bn, BK=bk, A_IN_REGS=False,
-                                num_warps=DOT_WARPS, num_stages=1)
+        K["dot_shape"][(grid,)](a, b, c, iters, clk, BM=bm, BN=bn, BK=bk, A_IN_REGS=False,
+                                CLOCKED=True, num_warps=DOT_WARPS, num_stages=1)
 
     fn()
     torch.cuda.synchronize()
     with r.sampler() as s:
         ms = r.event_loop(fn, n=9)
+    kmhz, _ = stamped_clock(clk)
     flops = 2.0 * bm * bn * bk * iters * grid
-    r.add("tensor_wgmma_triton", dt, flops / (ms * 1e-3) / 1e12, "TFLOP/s", s.mhz,
+    r.add("tensor_wgmma_triton", dt, flops / (ms * 1e-3) / 1e12, "TFLOP/s", s.mhz, kmhz,
           detail=f"tl.dot loop {bm}x{bn}x{bk}, {DOT_WARPS} warps, operands on chip, {grid} CTAs x "
-                 f"{iters} iters; {ms:.2f} ms")
+                 f"{iters} iters; {ms:.2f} ms; kernel clock: clock64 over the global timer in each CTA "
+                 f"of the last launch, median")
 
 
 # Attention-sized products (bf16): (BM, BN, BK, warps, A in registers).
@@ -1071,7 +1105,7 @@ def bench_wgmma_shapes(r: Runner, K):
             iters = max(16, iters // 8)
 
         def fn():
-            return K["dot_shape"][(grid,)](a, b, c, iters, BM=bm, BN=bn, BK=bk, A_IN_REGS=a_regs,
+            return K["dot_shape"][(grid,)](a, b, c, iters, c, BM=bm, BN=bn, BK=bk, A_IN_REGS=a_regs,
                                           num_warps=warps, num_stages=1)
 
         compiled = fn()
@@ -1182,19 +1216,39 @@ def bench_dot_chain(r: Runner, K):
         for per_sm in (1, 2, 4):
             grid = r.sms * per_sm
             c = torch.empty(grid, device="cuda", dtype=torch.float32)
+            clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
 
             def fn():
-                return K["dot_chain"][(grid,)](a, b, v, c, iters, BM=bm, BN=bn, BK=d, D=d,
-                                               num_warps=warps, num_stages=1)
+                return K["dot_chain"][(grid,)](a, b, v, c, iters, clk, BM=bm, BN=bn, BK=d, D=d,
+                                               CLOCKED=True, num_warps=warps, num_stages=1)
 
             compiled = fn()
             torch.cuda.synchronize()
             with r.sampler() as s:
                 ms = r.event_loop(fn, n=7)
-            r.add("dot_chain", f"{bm}x{bn}x{d}_w{warps}_x{per_sm}", ms * 1e3 / iters, "us/iter", s.mhz,
+            kmhz, cta_cycles = stamped_clock(clk)
+            r.add("dot_chain", f"{bm}x{bn}x{d}_w{warps}_x{per_sm}", ms * 1e3 / iters, "us/iter", s.mhz, kmhz,
                   detail=f"{grid} CTAs ({per_sm} per SM, if registers allow: "
                          f"{getattr(compiled, 'n_regs', '?')} a thread) x {iters} iters; "
-                         f"smem {compiled.metadata.shared} B; {ms:.3f} ms; flops/iter/CTA {4 * bm * bn * d}")
+                         f"smem {compiled.metadata.shared} B; {ms:.3f} ms; flops/iter/CTA {4 * bm * bn * d}; "
+                         f"kernel clock: clock64 over the global timer in each CTA of the last launch, median")
+            r.add("dot_chain_cta_cycles", f"{bm}x{bn}x{d}_w{warps}_x{per_sm}", cta_cycles / iters,
+                  "clk/iter", s.mhz, kmhz,
+                  detail="a CTA's clock64 from its start to its end over its iterations (median CTA of "
+                         "the last launch): cycles on the SM that ran it, whatever its clock")
+
+
+def stamped_clock(clk) -> tuple[float, float]:
+    """(MHz, cycles) from CLK of clock_stamp: per CTA [clock64, timer ns] at its
+    start and end; the medians over CTAs of cycles per ns (x 1000) and of
+    cycles from start to end."""
+    import numpy as np
+    a = clk.cpu().numpy().reshape(-1, 4).astype(np.float64)
+    cycles, ns = a[:, 2] - a[:, 0], a[:, 3] - a[:, 1]
+    good = (ns > 0) & (cycles > 0)
+    if not good.any():
+        return float("nan"), float("nan")
+    return float(np.median(cycles[good] / ns[good]) * 1e3), float(np.median(cycles[good]))
 
 
 def _clock_of(clk):
@@ -1746,12 +1800,16 @@ def _dot_chain_steps(rows, rates):
     (bytes), and 'operand_bytes' (HardwareProfile.wgmma_operand_bytes)."""
     from algorithms.fa2 import ALU_PER_ACC, ALU_PER_SCORE
 
-    timed = {}
+    timed, alone = {}, {}
     for r in rows:
-        if r["bench"] == "dot_chain" and r.get("clock_mhz_nvml"):
+        clock = row_clock(r)
+        if r["bench"] == "dot_chain" and clock:
             shape, warps, ctas = r["param"].rsplit("_", 2)
-            timed.setdefault((shape, warps), {})[int(ctas[1:])] = \
-                float(r["value"]) * float(r["clock_mhz_nvml"])      # µs x MHz = cycles
+            timed.setdefault((shape, warps), {})[int(ctas[1:])] = float(r["value"]) * clock   # µs x MHz
+        elif r["bench"] == "dot_chain_cta_cycles" and r["param"].endswith("_x1"):
+            # one CTA an SM: its own clock64 count, launch and clock aside
+            shape, warps, _ = r["param"].rsplit("_", 2)
+            alone[(shape, warps)] = float(r["value"])
     out = {}
     for (shape, warps), t in timed.items():
         if not {1, 2, 4} <= set(t):
@@ -1764,9 +1822,24 @@ def _dot_chain_steps(rows, rates):
 
         softmax = max((bm * bn + bm) / rates["exp2"],
                       (bm * bn * ALU_PER_SCORE + bm * d * ALU_PER_ACC) / rates["alu"])
-        out[f"{shape}_{warps}"] = (t[1], min(t[2] / 2, t[4] / 4),
+        out[f"{shape}_{warps}"] = (alone.get((shape, warps), t[1]), min(t[2] / 2, t[4] / 4),
                                    product(bm, bn, d, True) + product(bm, d, bn, False), softmax)
     return out
+
+
+def row_clock(row) -> float | None:
+    """The SM clock (MHz) a row's launch ran at: read in the kernel (clock64
+    over the global timer) where the row has it, else NVML's samples around
+    it (unreliable for sub-ms launches: 1335-1980 MHz for one kernel whose
+    in-kernel cycles agreed to 0.01%, session 12)."""
+    for key in ("clock_mhz_kernel", "clock_mhz_nvml"):
+        try:
+            v = float(row.get(key) or "nan")
+        except ValueError:
+            continue
+        if math.isfinite(v) and v > 0:
+            return v
+    return None
 
 
 def flash_step_latencies(steps):
@@ -1823,8 +1896,23 @@ def mapping(rows):
             round(min(1.0, bf16 / peak16), 4),
             cite(f"Triton tl.dot loop (wgmma) on operands held on chip, bf16 {bf16:.1f} TFLOP/s / "
                  f"datasheet {peak16} dense", row_bf, row_bf.get("clock_mhz_nvml")))
-        clk = row_bf.get("clock_mhz_nvml")
-        if clk:
+        mix = [(row_clock(r), r) for r in rows if r["bench"] == "dot_chain"
+               and not r["param"].endswith("_x1") and r.get("clock_mhz_kernel")]
+        if mix:
+            # the clock the flash-step mix runs at with the SM saturated, read in the
+            # kernel: the per-clock rates and cycle counts of the profile become
+            # seconds at it. (The bf16 tl.dot loop alone, every SM's tensor pipe
+            # busy, runs slower: its own row says at which clock.)
+            clocks = sorted(c for c, _ in mix)
+            clk = statistics.median(clocks)
+            row_clk = min(mix, key=lambda t: abs(t[0] - clk))[1]
+            out[("gpu", "sm_clock_mhz")] = (round(clk, 0), cite(
+                f"SM clock read in the kernel (clock64 over the global timer, median CTA) while the "
+                f"dot_chain flash-step mix ran with 2 and 4 CTAs an SM, median of {len(clocks)} launches "
+                f"({clocks[0]:.0f}-{clocks[-1]:.0f} MHz); per-clock rates and cycle counts become seconds "
+                f"at it", row_clk, clk))
+        elif row_bf.get("clock_mhz_nvml"):     # a CSV from before in-kernel clocks
+            clk = row_bf["clock_mhz_nvml"]
             out[("gpu", "sm_clock_mhz")] = (float(clk), cite(
                 "median SM clock NVML reported while the tensor cores ran the bf16 tl.dot loop "
                 "(the regime attention kernels run in); per-clock rates below use it", row_bf, clk))
@@ -1857,7 +1945,12 @@ def mapping(rows):
     units = {k: out[("units", k)][0] for k in ("exp2_per_clk_per_sm", "alu_ops_per_clk_per_sm",
                                               "smem_bytes_per_clk_per_sm") if ("units", k) in out}
     if bf16 and len(units) == 3:
-        clk = float(row_bf.get("clock_mhz_nvml") or base["gpu"]["sm_clock_mhz"])
+        # every part in the profile's own terms: the tensor pipe's TFLOP/s at the
+        # profile's clock (so the engine, charging products at that rate and the
+        # latency at that clock, gives back the one-CTA step it was taken from)
+        clk = out[("gpu", "sm_clock_mhz")][0] if ("gpu", "sm_clock_mhz") in out else float(base["gpu"]["sm_clock_mhz"])
+        chain_clocks = sorted(c for c in (row_clock(r) for r in rows if r["bench"] == "dot_chain") if c)
+        chain_clock = f"{chain_clocks[0]:.0f}-{chain_clocks[-1]:.0f} (per launch, in the kernel)" if chain_clocks else None
         n_sms = int(any_row.get("sm_count") or base["gpu"]["sm_count"])
         rates = {"tensor": bf16 * 1e12 / (n_sms * clk * 1e6), "exp2": units["exp2_per_clk_per_sm"],
                  "alu": units["alu_ops_per_clk_per_sm"], "smem": units["smem_bytes_per_clk_per_sm"],
@@ -1872,7 +1965,7 @@ def mapping(rows):
                 "acc += P·V), timed with one 4-warp CTA per SM, less its parts at the rates measured "
                 "here (tl.dot loop, MUFU.EX2, FFMA, SMEM operand reads), in SM clocks: "
                 + ", ".join(f"{k} {x:.0f}" for k, x in latencies.items()) + f"; median {v:.0f}",
-                row, row.get("clock_mhz_nvml")))
+                row, chain_clock))
         fractions = chain_serial_fractions(steps)
         if fractions:
             v = min(1.0, max(0.0, statistics.median(fractions.values())))
@@ -1884,7 +1977,7 @@ def mapping(rows):
                 "(dot_exp_overlap, with exp2-only or FMA-only CTAs beside product-only CTAs, gave "
                 + (earlier or "no rows") + ": separate streams of back-to-back MUFU or FFMA "
                 "instructions, not the attention mix, where each warp interleaves them with its "
-                "wgmma waits; the profile takes the chain's figure.)", row, row.get("clock_mhz_nvml")))
+                "wgmma waits; the profile takes the chain's figure.)", row, chain_clock))
     # L2
     plateau, knee, pts = l2_plateau_and_knee(rows)
     if plateau:
@@ -2028,6 +2121,74 @@ def cmd_profile(args) -> int:
     return 0
 
 
+def median_rows(runs: list[list[dict]]) -> list[dict]:
+    """One row a (bench, param) from repeated runs of the same steps: the
+    row of the run whose value is the median (its clocks and detail stay
+    with its value; of an even count, the lower middle), its detail
+    extended with every run's value, so the spread stays in the CSV. Keys
+    in one run only pass as they are."""
+    by_key: dict = {}
+    for rows in runs:
+        for r in rows:
+            by_key.setdefault((r["bench"], r["param"]), []).append(r)
+    out = []
+    for rows in by_key.values():
+        numeric = []
+        for r in rows:
+            try:
+                v = float(r["value"])
+            except ValueError:
+                continue
+            if math.isfinite(v):
+                numeric.append((v, r))
+        if len(rows) == 1 or len(numeric) < 2:
+            out.append(rows[0])
+            continue
+        numeric.sort(key=lambda t: t[0])
+        _, pick = numeric[(len(numeric) - 1) // 2]
+        values = " / ".join(r["value"] for r in rows)
+        out.append({**pick, "detail": f"{pick['detail']}; median of {len(rows)} runs: {values}"})
+    return out
+
+
+def merge_rows(old_rows: list[dict], new_rows: list[dict]) -> tuple[list[dict], list[tuple]]:
+    """The CSV's rows with a later run's merged in: a new row takes the place
+    of the old one with the same (bench, param) -- the profile reads one
+    figure a key, and a re-run is a re-measurement (git keeps the old one) --
+    and rows the CSV lacks go at its end. Returns (rows, [(bench, param, old
+    value or None, new value)])."""
+    at = {(r["bench"], r["param"]): k for k, r in enumerate(old_rows)}
+    rows, changes = list(old_rows), []
+    for r in new_rows:
+        key = (r["bench"], r["param"])
+        if key in at:
+            changes.append((*key, rows[at[key]]["value"], r["value"]))
+            rows[at[key]] = r
+        else:
+            at[key] = len(rows)
+            rows.append(r)
+            changes.append((*key, None, r["value"]))
+    return rows, changes
+
+
+def cmd_merge(args) -> int:
+    from gpusim.artifacts import read_csv_rows
+
+    old = read_csv_rows(args.csv)
+    runs = [read_csv_rows(path) for path in args.new]
+    for name, rows in ((args.csv, old), *zip(args.new, runs)):
+        missing = [c for c in ("bench", "param", "value") if rows and c not in rows[0]]
+        if missing:
+            raise ResultsFileError(f"{name}: no column {missing[0]!r}; a calibration CSV has {', '.join(COLUMNS)}")
+    new = median_rows(runs)
+    rows, changes = merge_rows(old, new)
+    write_csv_atomic(args.csv, rows, COLUMNS)
+    for bench, param, before, after in changes:
+        print(f"  {bench:<22} {param:<28} {before if before is not None else '(new)':>12} -> {after}")
+    print(f"merged {len(new)} rows of {len(runs)} run(s) into {args.csv} ({len(rows)} rows)")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -2040,6 +2201,11 @@ def main(argv=None) -> int:
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("check", help="compile every microkernel for sm_90 here and show its SASS")
     p.set_defaults(func=cmd_check)
+    p = sub.add_parser("merge", help="merge a later run's CSV into the committed one (same bench and param: replaced)")
+    p.add_argument("--new", required=True, action="append",
+                   help="a run's calibration CSV; repeat for repeated runs (each key: the median run's row)")
+    p.add_argument("--csv", default=DEFAULT_CSV)
+    p.set_defaults(func=cmd_merge)
     p = sub.add_parser("profile", help="write the measured profile from the CSV")
     p.add_argument("--csv", default=DEFAULT_CSV)
     p.add_argument("--out", default=DEFAULT_PROFILE)

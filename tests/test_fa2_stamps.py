@@ -34,7 +34,7 @@ def test_stamps_are_ordered_and_name_real_sms():
 
     problem, cfg = fa2_stamps.problem_config((512, 64, False, 64, 64, 4, 3))
     q, k, v = make_inputs(2, 4, 512, 64)
-    stamps = torch.zeros(8 * 8, 4, dtype=torch.int64, device="cuda")
+    stamps = torch.zeros(8 * 8, fa2.STAMP_SLOTS, dtype=torch.int64, device="cuda")
     out = fa2.forward(q, k, v, config=cfg, stamps=stamps)
     ref = fa2.forward(q, k, v, config=cfg)
     torch.cuda.synchronize()
@@ -42,6 +42,9 @@ def test_stamps_are_ordered_and_name_real_sms():
     assert torch.equal(out, ref)                       # the stamps change nothing computed
     assert bool((s[:, 0] > 0).all() and (s[:, 0] <= s[:, 1]).all() and (s[:, 1] <= s[:, 2]).all())
     assert bool((s[:, 3] >= 0).all() and (s[:, 3] < torch.cuda.get_device_properties(0).multi_processor_count).all())
+    # the SM's cycle counter runs at a clock between 0.5 and 2.5 GHz over the CTA
+    mhz = (s[:, 5] - s[:, 4]).double() / (s[:, 2] - s[:, 0]).double() * 1e3
+    assert bool(((mhz > 500) & (mhz < 2500)).all()), mhz
     with pytest.raises(ValueError, match="stamps must be an int64 tensor"):
         fa2.forward(q, k, v, config=cfg, stamps=stamps[:3])
     with pytest.raises(ValueError, match="stamps must be an int64 tensor"):

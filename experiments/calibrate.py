@@ -535,6 +535,44 @@ def triton_kernels():
             clock_stamp(CLK, 2, out.to(tl.int32, bitcast=True))
 
     @triton.jit
+    def dot_chain_phase(A, B, V, C, iters, first, STAMPS, BM: tl.constexpr, BN: tl.constexpr,
+                        BK: tl.constexpr, D: tl.constexpr, STEPS: tl.constexpr):
+        # dot_chain, and for STEPS steps from `first` every row's clock64 once
+        # its S = A·B is in (read on the row max, which needs S): with 8 warps
+        # rows 0-63 belong to warpgroup 0 and 64-127 to warpgroup 1, so the
+        # two stamps of a step say in which order the SM's tensor pipe served
+        # the two warpgroups' S products, issued together after the step's
+        # CTA barrier (BAR.SYNC heads the loop, SASS): whole products in
+        # order, one lands a product's time after the other; instructions
+        # interleaved, both land together. A predicated store, no branch.
+        pid = tl.program_id(0)
+        rows = tl.arange(0, BM)
+        a = tile(A, BM, BK)
+        b = tile(B, BK, BN)
+        v = tile(V, BN, D)
+        acc = tl.zeros([BM, D], tl.float32)
+        m = tl.zeros([BM], tl.float32)
+        for i in range(iters):
+            s = tl.dot(a, b)
+            m = tl.maximum(m, tl.max(s, 1))
+            clk = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [m.to(tl.int32, bitcast=True)],
+                                            dtype=tl.int64, is_pure=False, pack=1)
+            # stored from PTX, the address in the row max's own layout: a
+            # tl.store is given a coalesced layout, and converting the stamps
+            # to it went through SMEM with a second CTA barrier mid-step,
+            # which would hold the warpgroups together after S. Steps before
+            # the window write slot 0 (the window's first step overwrites it),
+            # steps after it the dump slot STEPS.
+            slot = tl.minimum(tl.maximum(i - first, 0), STEPS)
+            row = (m.to(tl.int32, bitcast=True) & 0) + rows
+            addr = (STAMPS + (pid * (STEPS + 1) + slot) * BM + row).to(tl.int64, bitcast=True)
+            tl.inline_asm_elementwise("st.global.b64 [$1], $2;\n\tmov.u32 $0, 0;", "=r,l,l", [addr, clk],
+                                      dtype=tl.int32, is_pure=False, pack=1)
+            p = tl.exp2(s * 0.01 - m[:, None] * 0.01)
+            acc = tl.dot(p.to(v.dtype), v, acc)
+        tl.store(C + pid, tl.sum(tl.sum(acc, 1), 0) + tl.sum(m, 0))
+
+    @triton.jit
     def softmax_mix(X, OUT, iters, BM: tl.constexpr, BN: tl.constexpr, EXP: tl.constexpr):
         # A flash step's elementwise part alone, its tile in registers: the
         # row max, exp2 of the scores and of the correction, the row sum and
@@ -577,6 +615,7 @@ def triton_kernels():
 
     return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, l2_read=l2_read, l2_write=l2_write,
                 dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, dot_chain=dot_chain,
+                dot_chain_phase=dot_chain_phase,
                 softmax_mix=softmax_mix, exp2_loop=exp2_loop, empty=empty)
 
 
@@ -1238,6 +1277,67 @@ def bench_dot_chain(r: Runner, K):
                          "the last launch): cycles on the SM that ran it, whatever its clock")
 
 
+# The dot_chain shapes with two warpgroups: where the engine and the GPU part
+# (tests/test_dot_chain.py's held-out rows)
+PHASE_CHAINS = ((128, 64, 128, 8), (128, 64, 64, 8))
+PHASE_STEPS = 16
+
+
+def bench_dot_chain_phase(r: Runner, K):
+    """In which order does an SM's tensor pipe serve two warpgroups' products
+    issued together? dot_chain_phase stamps every row's clock64 once its S is
+    in, for PHASE_STEPS steps in the middle of the run, one 8-warp CTA an SM.
+    Rows `dot_chain_phase`: the median over CTAs and steps of warpgroup 1's
+    stamp less warpgroup 0's (each the median of its 64 rows), in cycles;
+    the detail gives the step's period, the spread, and how often each
+    warpgroup's S came first. The raw stamps go to dot_chain_phase.csv."""
+    import numpy as np
+
+    torch = r.torch
+    raw = []
+    for bm, bn, d, warps in PHASE_CHAINS:
+        a = (torch.randn(bm, d, device="cuda") * 0.1).to(torch.bfloat16)
+        b = (torch.randn(d, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        v = (torch.randn(bn, d, device="cuda") * 0.1).to(torch.bfloat16)
+        iters = 2048 if not r.args.quick else 256
+        first = iters // 2
+        grid = r.sms
+        c = torch.empty(grid, device="cuda", dtype=torch.float32)
+        stamps = torch.zeros(grid * (PHASE_STEPS + 1) * bm, device="cuda", dtype=torch.int64)
+
+        def fn():
+            return K["dot_chain_phase"][(grid,)](a, b, v, c, iters, first, stamps, BM=bm, BN=bn, BK=d, D=d,
+                                                 STEPS=PHASE_STEPS, num_warps=warps, num_stages=1)
+
+        compiled = fn()
+        torch.cuda.synchronize()
+        with r.sampler() as smp:
+            ms = r.event_loop(fn, n=5)
+        t = stamps.cpu().numpy().reshape(grid, PHASE_STEPS + 1, bm)[:, :PHASE_STEPS].astype(np.float64)
+        half = bm // 2
+        wg0, wg1 = np.median(t[:, :, :half], axis=2), np.median(t[:, :, half:], axis=2)   # [cta, step]
+        offset = wg1 - wg0
+        period = np.diff(wg0, axis=1)
+        spread = np.max(t[:, :, :half], axis=2) - np.min(t[:, :, :half], axis=2)
+        shape = f"{bm}x{bn}x{d}_w{warps}_x1"
+        r.add("dot_chain_phase", shape, float(np.median(offset)), "clk", smp.mhz,
+              detail=f"{grid} CTAs (one an SM) x {iters} steps, stamps at steps {first}-{first + PHASE_STEPS - 1}: "
+                     f"warpgroup 1's S in less warpgroup 0's, median {np.median(offset):.0f} clk, "
+                     f"p10 {np.percentile(offset, 10):.0f}, p90 {np.percentile(offset, 90):.0f}; |offset| median "
+                     f"{np.median(np.abs(offset)):.0f}; warpgroup 0 first in {np.mean(offset > 0):.0%} of steps, "
+                     f"together (within 16 clk) in {np.mean(np.abs(offset) <= 16):.0%}; step period median "
+                     f"{np.median(period):.0f} clk; rows of one warpgroup within {np.median(spread):.0f} clk "
+                     f"(median); {getattr(compiled, 'n_regs', '?')} registers a thread, smem "
+                     f"{compiled.metadata.shared} B; {ms:.3f} ms a launch ({ms * 1e3 / iters:.3f} us a step)")
+        for cta in range(grid):
+            for k in range(PHASE_STEPS):
+                raw.append({"shape": shape, "cta": cta, "step": first + k, "wg0_clk": int(wg0[cta, k]),
+                            "wg1_clk": int(wg1[cta, k])})
+    os.makedirs(r.args.out_dir, exist_ok=True)
+    write_csv_atomic(os.path.join(r.args.out_dir, "dot_chain_phase.csv"), raw,
+                     ["shape", "cta", "step", "wg0_clk", "wg1_clk"])
+
+
 def stamped_clock(clk) -> tuple[float, float]:
     """(MHz, cycles) from CLK of clock_stamp: per CTA [clock64, timer ns] at its
     start and end; the medians over CTAs of cycles per ns (x 1000) and of
@@ -1692,6 +1792,7 @@ def cmd_run(args) -> int:
              ("dot_exp_overlap", lambda: bench_dot_exp_overlap(r, K)),
              ("dot_pair", lambda: bench_dot_pair(r, K)),
              ("dot_chain", lambda: bench_dot_chain(r, K)),
+             ("dot_chain_phase", lambda: bench_dot_chain_phase(r, K)),
              ("cuda", lambda: mod and bench_cuda(r, mod)),
              ("exp2_triton", lambda: bench_exp2_triton(r, K)),
              ("softmax_mix", lambda: bench_softmax_mix(r, K)),
@@ -2196,7 +2297,8 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,l2,wgmma,cuda,softmax_mix,"
-                                              "l2_store,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,exp2_triton,latency,loaded_latency,"
+                                              "l2_store,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,dot_chain_phase,"
+                                              "exp2_triton,latency,loaded_latency,"
                                               "launch,cta_cycle,cta_stamps")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("check", help="compile every microkernel for sm_90 here and show its SASS")

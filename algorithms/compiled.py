@@ -1,7 +1,7 @@
 """What the compiler made of our Triton kernels for sm_90 (H100/H200), for
 their schedules, read off cross-compiled binaries by
-experiments/triton_smem_probe.py (experiments/results/triton_smem_fa2.csv and
-triton_smem_fa3.csv; no GPU, no timing):
+experiments/triton_smem_probe.py (experiments/results/triton_smem_fa2.csv,
+triton_smem_fa3.csv and triton_smem_standard_qk.csv; no GPU, no timing):
 - registers per thread (they decide how many CTAs share an SM);
 - fa2's register spills: above all with 4 warps and block_m = 128 at head
   dim 128 (also some D = 64 and D = 256 configs), ptxas runs out of its 255
@@ -74,7 +74,7 @@ def _int_or_none(row: dict, key: str) -> int | None:
     return int(v) if v not in (None, "") else None
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=4)
 def _table(name: str) -> dict:
     """(block_m, block_n, num_warps, num_stages, head_dim, causal, dtype) ->
     Compiled, from experiments/results/triton_smem_<name>.csv."""
@@ -101,13 +101,14 @@ def _table(name: str) -> dict:
 
 
 def compiled(kernel: str, problem: AttentionProblem, launch_warps: int, cfg: TileConfig) -> Compiled:
-    """What the probe recorded for `kernel` ("fa2" or "fa3", the Triton
-    kernels) at this config launched with `launch_warps` warps; NOTHING for
-    configs it did not compile. fp16 reads the bf16 rows (the same code but
-    for its conversions)."""
+    """What the probe recorded for `kernel` ("fa2", "fa3" or "standard_qk",
+    the Triton kernels) at this config launched with `launch_warps` warps;
+    NOTHING for configs it did not compile. fp16 reads the bf16 rows (the
+    same code but for its conversions); standard_qk computes every tile, so
+    its rows are causal 0 whatever the problem."""
     dtype = "bf16" if problem.dtype in SIXTEEN_BIT else problem.dtype
-    key = (cfg.block_m, cfg.block_n, launch_warps, cfg.num_stages, problem.head_dim,
-           int(problem.causal), dtype)
+    causal = 0 if kernel == "standard_qk" else int(problem.causal)
+    key = (cfg.block_m, cfg.block_n, launch_warps, cfg.num_stages, problem.head_dim, causal, dtype)
     return _table(kernel).get(key, NOTHING)
 
 

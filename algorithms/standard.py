@@ -1,7 +1,10 @@
 """Standard (materialised) attention: three launches with S and P in HBM.
 
-1. qk_gemm: S = scale·Q Kᵀ, tiles block_m x block_n, reduction over the head
-   dim in steps of min(block_k, d); grid (tiles per head, B·H), row-major tiles.
+1. qk_gemm: S = scale·Q Kᵀ, one CTA a row block of S (block_m rows, grid
+   (row blocks per head, B·H)): Q's rows loaded once, then the head's K in
+   blocks of block_n through the pipeline, each step one product over the
+   whole head dim, its tile of S scaled, converted to a coalesced layout
+   through SMEM and stored.
 2. softmax: one CTA per row of S (B·H·N_q CTAs), the causal mask applied here
    (the GEMMs compute every tile, as PyTorch's math path does); writes P.
 3. pv_gemm: O = P V, tiles block_m x min(d, 128), reduction over N_kv in steps
@@ -15,7 +18,8 @@ reads them, so the L2 model sees no reuse between the two launches: S is
 from __future__ import annotations
 
 from .defaults import softmax_num_warps
-from .ops import Alu, Exp, Load, Mma, MmaWait, Store, Tile
+from .compiled import compiled as compiled_kernel
+from .ops import Alu, Exp, Load, Mma, MmaWait, SmemIO, Store, Tile
 from .problem import AttentionProblem, TileConfig, cdiv
 from .schedule import (attention_tensors, CtaProgram, Launch, Role, Schedule, TensorSpec, head_layout,
                        pipelined_loop, plain_load)
@@ -38,11 +42,23 @@ def _pv_block_d(problem: AttentionProblem) -> int:
     return min(problem.head_dim, PV_MAX_BLOCK_D)
 
 
+def qk_rows_smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
+    """SMEM for kernels/standard.py's _qk_gemm_rows on sm_90 where the probe
+    table (triton_smem_standard_qk.csv) lacks the config: Q's rows once,
+    num_stages K blocks, and one S tile for its change of layout (bf16, out
+    of the wgmma layout into a coalesced one). Exact for 72 of the 144
+    probed configs (8 warps, 2-4 stages among them), never below what Triton
+    allocates: with one stage (no pipeline) or with 4 warps on some tiles
+    (the change done in parts) it allocates 4-32 KB less."""
+    e, d = problem.elem_bytes, problem.head_dim
+    return (cfg.block_m + max(1, cfg.num_stages) * cfg.block_n) * d * e + cfg.block_m * cfg.block_n * e
+
+
 def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
     """The largest SMEM of the three launches (they never run together)."""
-    e, d = problem.elem_bytes, problem.head_dim
-    qk = gemm_smem_bytes(cfg.block_m, cfg.block_n, min(cfg.block_k, d), cfg.num_stages, e)
-    pv = gemm_smem_bytes(cfg.block_m, _pv_block_d(problem), cfg.block_k, cfg.num_stages, e)
+    known = compiled_kernel("standard_qk", problem, cfg.num_warps, cfg).smem_bytes
+    qk = known or qk_rows_smem_bytes(problem, cfg)
+    pv = gemm_smem_bytes(cfg.block_m, _pv_block_d(problem), cfg.block_k, cfg.num_stages, problem.elem_bytes)
     return max(qk, pv)
 
 
@@ -90,6 +106,47 @@ def _gemm_launch(name, p, cfg, m_rows, n_cols, red_len, block_n, block_k,
                   **head_layout(per_head, bh, key=edge))
 
 
+def _qk_rows_launch(p: AttentionProblem, cfg: TileConfig) -> Launch:
+    """S = scale·Q Kᵀ, one CTA a row block of S (kernels/standard.py
+    _qk_gemm_rows): Q's rows from L2 once, the head's K blocks pipelined
+    (num_stages), each step S_j = Q K_jᵀ waited for at once (TTGIR: the
+    warp_group_dot_wait with pendings = 0 right after it), scaled and
+    converted, changed to a coalesced layout through SMEM (a convert_layout
+    inside the loop) and stored."""
+    e, d, bm, bn = p.elem_bytes, p.head_dim, cfg.block_m, cfg.block_n
+    tm, tn = cdiv(p.seqlen_q, bm), cdiv(p.seqlen_kv, bn)
+    bh = p.batch * p.heads
+    kvh = p.kv_head_of
+
+    def program(cta: int) -> CtaProgram:
+        m, pair = cta % tm, cta // tm
+        b, h = divmod(pair, p.heads)
+        rows = min(bm, p.seqlen_q - m * bm)
+
+        def cols(j: int) -> int:
+            return min(bn, p.seqlen_kv - j * bn)
+
+        def loads_of(j: int):
+            return [Load(Tile("K", b, kvh(h), j), cols(j) * d * e)]
+
+        def compute_of(j: int):
+            return [Mma(bm, bn, d, p.dtype, cfg.mma, is_async=True), MmaWait(0),
+                    Alu(bm * bn),                   # scale, convert to the output dtype
+                    SmemIO(2 * bm * bn * e),        # the tile into SMEM and out in the store's layout
+                    Store(Tile("S", b, h, m, j), rows * cols(j) * e)]
+
+        items = [plain_load(Tile("Q", b, h, m), rows * d * e),
+                 *pipelined_loop("n", tn, loads_of, compute_of, cfg.num_stages, cols)]
+        return CtaProgram((Role("warps", cfg.num_warps, tuple(items)),))
+
+    built = compiled_kernel("standard_qk", p, cfg.num_warps, cfg)
+    smem = built.smem_bytes or qk_rows_smem_bytes(p, cfg)
+    regs = built.registers or registers_per_thread(cfg.threads, fp32_values=bm * bn)
+    partial_m = p.seqlen_q % bm != 0
+    return Launch("qk_gemm", tm * bh, cfg.threads, smem, regs, program,
+                  **head_layout(tm, bh, key=lambda t: partial_m and t == tm - 1))
+
+
 def _softmax_launch(p: AttentionProblem) -> Launch:
     e, n = p.elem_bytes, p.seqlen_kv
     warps = softmax_num_warps(n)
@@ -113,12 +170,7 @@ def _softmax_launch(p: AttentionProblem) -> Launch:
 def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     p, d, e = problem, problem.head_dim, problem.elem_bytes
     kvh = p.kv_head_of
-    bk_qk = min(cfg.block_k, d)
-    qk = _gemm_launch(
-        "qk_gemm", p, cfg, p.seqlen_q, p.seqlen_kv, d, cfg.block_n, bk_qk,
-        a_tile=lambda b, h, m, k: Tile("Q", b, h, m, k),
-        b_tile=lambda b, h, n, k: Tile("K", b, kvh(h), n, k),
-        c_tile=lambda b, h, m, n: Tile("S", b, h, m, n))
+    qk = _qk_rows_launch(p, cfg)
     pv = _gemm_launch(
         "pv_gemm", p, cfg, p.seqlen_q, d, p.seqlen_kv, _pv_block_d(p), cfg.block_k,
         a_tile=lambda b, h, m, k: Tile("P", b, h, m, k),

@@ -1,11 +1,12 @@
 """How standard's QKᵀ GEMM writes S, timed on the GPU: masked stores from
 registers against one TMA bulk store per tile (kernels/standard.py,
-TMA_STORE), and one CTA a tile against a persistent kernel whose CTAs loop
-over tiles (qk_programs), over a few tile configs. QKᵀ is the launch of
+TMA_STORE), one CTA a tile against a persistent kernel whose CTAs loop
+over tiles (qk_programs) or against one CTA a row block of S that loads Q
+once and streams K (qk_rows), over a few tile configs. QKᵀ is the launch of
 standard that missed its bound by most (1.46x, kernels/NOTES.md): its bound
 is writing S.
 
-    PYTHONPATH=. python experiments/qk_store_probe.py --out $OUT/qk_store_probe_h100.csv [--variants tma|persistent]
+    PYTHONPATH=. python experiments/qk_store_probe.py --out $OUT/qk_store_probe_h100.csv [--variants tma|persistent|rows]
 
 Each row: the launch's median time (do_bench), its bound max(FLOPs / 703
 TFLOP/s, bytes / 3.02 TB/s) as kernels.bench computes it, and S's largest
@@ -26,19 +27,24 @@ HEAD_DIM = 128
 DEFAULT = TileConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, block_k=64)
 W8S2 = TileConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, block_k=64)
 W4S2 = TileConfig(block_m=128, block_n=128, num_warps=4, num_stages=2, block_k=64)
-# (config, tma_store, persistent CTAs per SM or None) per run of the probe
+# (config, tma_store, persistent CTAs per SM or None, qk_rows) per run of the probe
 VARIANTS = {
     # session 9: masked against TMA stores
-    "tma": [(cfg, tma, None) for cfg in (
+    "tma": [(cfg, tma, None, False) for cfg in (
         DEFAULT, TileConfig(block_m=128, block_n=128, num_warps=4, num_stages=3, block_k=64),
         TileConfig(block_m=128, block_n=256, num_warps=8, num_stages=3, block_k=64),
         TileConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, block_k=128)) for tma in (False, True)],
     # session 11: one CTA a tile against persistent CTAs (8 warps at 130-148
     # registers a thread fit one CTA an SM; 4 warps, two or three)
-    "persistent": [(DEFAULT, False, None), (W8S2, False, None), (W4S2, False, None),
-                   (TileConfig(block_m=128, block_n=64, num_warps=4, num_stages=2, block_k=64), False, None),
-                   (DEFAULT, False, 1), (W8S2, False, 1), (W8S2, False, 2), (W4S2, False, 2),
-                   (W4S2, False, 3)],
+    "persistent": [(DEFAULT, False, None, False), (W8S2, False, None, False), (W4S2, False, None, False),
+                   (TileConfig(block_m=128, block_n=64, num_warps=4, num_stages=2, block_k=64), False, None, False),
+                   (DEFAULT, False, 1, False), (W8S2, False, 1, False), (W8S2, False, 2, False),
+                   (W4S2, False, 2, False), (W4S2, False, 3, False)],
+    # session 13: one CTA a row block of S (Q once, K streamed) against the tiled default
+    "rows": [(DEFAULT, False, None, False)] + [
+        (TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=st, block_k=64), False, None, True)
+        for bm, bn, w, st in ((128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 3), (128, 64, 8, 4),
+                              (128, 64, 4, 3), (64, 128, 4, 3), (64, 64, 4, 4), (128, 128, 4, 2))],
 }
 
 
@@ -61,12 +67,12 @@ def main(argv=None) -> int:
         b, h = 16384 // n, 2048 // HEAD_DIM
         q, k, v = (torch.randn(b, h, n, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         reference = None
-        for cfg, tma, per_sm in VARIANTS[a.variants]:
+        for cfg, tma, per_sm, rows_kernel in VARIANTS[a.variants]:
             programs = None if per_sm is None else per_sm * sms
-            label = _label(cfg) + ("" if per_sm is None else f"_persistent{per_sm}")
+            label = _label(cfg) + ("" if per_sm is None else f"_persistent{per_sm}") + ("_rows" if rows_kernel else "")
             try:
                 name, fn, flops, nbytes = standard.launches(q, k, v, config=cfg, tma_store=tma,
-                                                            qk_programs=programs)[0]
+                                                            qk_programs=programs, qk_rows=rows_kernel)[0]
                 fn()
                 torch.cuda.synchronize()
                 ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
@@ -80,7 +86,7 @@ def main(argv=None) -> int:
             # S against the first config's masked stores (block_k changes
             # the order of the sums: bf16 rounding apart, they agree)
             out = standard.forward(q, k, v, config=cfg, tma_store=tma, qk_programs=programs,
-                                   keep_intermediates=True)[1][0]
+                                   qk_rows=rows_kernel, keep_intermediates=True)[1][0]
             if reference is None:
                 reference = out
             diff = (out - reference).abs().max().item()

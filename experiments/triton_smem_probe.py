@@ -1,4 +1,4 @@
-"""Cross-compile the fa2 (and fa3) Triton kernels for sm_90 on a CPU and record
+"""Cross-compile the fa2 (and fa3, and standard's QKᵀ) Triton kernels for sm_90 on a CPU and record
 the shared memory Triton allocates (metadata.shared), the registers per
 thread ptxas assigns, for fa2 the register spills (stack frame, and the
 bytes a thread stores and reloads per iteration of the hot loop, read off the
@@ -8,10 +8,11 @@ before, between and after those loops (kernels/sass.py), for the grid of configs
 the simulator must cover. algorithms/compiled.py reads them back for the
 schedules.
 
-    PYTHONPATH=. python experiments/triton_smem_probe.py [--jobs 2] [--quick]
+    PYTHONPATH=. python experiments/triton_smem_probe.py [--jobs 2] [--quick] [--fa3 | --fa3-only | --standard-only]
 
 Writes experiments/results/triton_smem_fa2.csv (and triton_smem_fa3.csv with
---fa3). No GPU needed: triton.compile with GPUTarget("cuda", 90, 32) runs the
+--fa3, triton_smem_standard_qk.csv with --standard-only: standard's QKᵀ kernel,
+which computes every tile, so causal 0 only). No GPU needed: triton.compile with GPUTarget("cuda", 90, 32) runs the
 whole pipeline down to a cubin with the bundled ptxas.
 """
 from __future__ import annotations
@@ -51,8 +52,10 @@ def _one(args):
 
     if algo == "fa2":
         from kernels.fa2 import compiled_resources
-    else:
+    elif algo == "fa3":
         from kernels.fa3 import compiled_resources
+    else:
+        from kernels.standard import compiled_resources
     p = AttentionProblem(batch=1, heads=16, seqlen_q=SEQLEN, head_dim=d, causal=bool(causal), dtype=dtype)
     cfg = TileConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
     try:
@@ -68,11 +71,15 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="head_dim 128 only")
     ap.add_argument("--fa3", action="store_true", help="also probe kernels.fa3 (bf16 and fp8)")
     ap.add_argument("--fa3-only", action="store_true", help="probe kernels.fa3 alone")
+    ap.add_argument("--standard-only", action="store_true", help="probe standard's QKᵀ kernel alone")
     ap.add_argument("--outdir", default=os.path.join("experiments", "results"))
     a = ap.parse_args(argv)
     import triton
 
-    algos = (["fa2"] if not a.fa3_only else []) + (["fa3"] if a.fa3 or a.fa3_only else [])
+    if a.standard_only:
+        algos = ["standard_qk"]
+    else:
+        algos = (["fa2"] if not a.fa3_only else []) + (["fa3"] if a.fa3 or a.fa3_only else [])
     dims = [128] if a.quick else [64, 128, 256]
     command = "python " + " ".join(["experiments/triton_smem_probe.py"] + (argv if argv is not None else sys.argv[1:]))
     date = _dt.date.today().isoformat()
@@ -83,6 +90,8 @@ def main(argv=None):
                                       dtypes))
         if algo == "fa3":
             grid = [g for g in grid if g[4] >= 2]
+        if algo == "standard_qk":     # every tile computed: causal changes nothing
+            grid = [g for g in grid if g[6] == 0]
         rows = []
         with ProcessPoolExecutor(max_workers=a.jobs) as ex:
             for n, (args, res, err) in enumerate(ex.map(_one, grid), 1):

@@ -1,13 +1,18 @@
 """Standard (unfused) attention: three Triton launches, S and P through HBM.
 
 Schedule (algorithms/standard.py replays exactly this):
-  1. QKᵀ GEMM, grid = (cdiv(Nq, BM) * cdiv(Nkv, BN), B*H) with BM = block_m,
-     BN = block_n; pid0 -> m = pid0 // cdiv(Nkv, BN), n = pid0 % cdiv(Nkv, BN);
-     the reduction over D runs in steps of BK = min(block_k, D); writes
-     S = sm_scale · Q Kᵀ in the input dtype with masked stores (tma_store=True
-     writes it through the TMA unit instead: 1.2x slower on the H100,
-     experiments/qk_store_probe.py). Every tile is computed, causal or
-     not (as PyTorch's math path does); num_warps/num_stages from the config.
+  1. QKᵀ GEMM (_qk_gemm_rows), grid = (cdiv(Nq, BM), B*H) with BM = block_m:
+     one CTA a row block of S loads its Q rows once and streams the head's K
+     in blocks of BN = block_n through num_stages buffers, each step one
+     product over the whole head dim, writing that tile of S = sm_scale · Q Kᵀ
+     in the input dtype with masked stores. Every tile is computed, causal or
+     not (as PyTorch's math path does); num_warps/num_stages from the config,
+     block_k unused here. On the H100 1.19-1.23x its bound at D = 128, N =
+     4096-16384, where one CTA a tile (_qk_gemm, reading a Q and a K tile from
+     L2 for every tile of S) took 1.44-1.46x (experiments/qk_store_probe.py
+     --variants rows). qk_rows=False launches the tiled kernel, its reduction
+     over D in steps of min(block_k, D), with its options: tma_store (S through
+     the TMA unit) and qk_programs (persistent CTAs), both measured slower.
   2. Row softmax, one program per row, grid = (B*H*Nq,), num_warps =
      algorithms.defaults.softmax_num_warps(Nkv): reads a whole S row, applies
      the causal mask there (bottom-right aligned: column c visible iff
@@ -29,6 +34,7 @@ from algorithms.defaults import softmax_num_warps
 from algorithms.errors import InvalidConfig, InvalidProblem
 from algorithms.problem import TileConfig, cdiv
 
+from . import sass
 from .common import ensure_tma_allocator, launch, problem_of, require_hopper, resolve_config, resolve_scale
 
 
@@ -99,6 +105,32 @@ def _qk_gemm_persistent(Q, K, S, scale, n_q, n_kv, n_bh, H: tl.constexpr, GROUP:
 
 
 @triton.jit
+def _qk_gemm_rows(Q, K, S, scale, n_q, n_kv, H: tl.constexpr, GROUP: tl.constexpr,
+                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # One CTA a row block of S: Q's BLOCK_M rows loaded once, then the head's
+    # K blocks streamed through the pipeline, an S tile written a step. The
+    # tiled kernel reads a Q and a K tile from L2 for every S tile it writes
+    # (64 KB for 32 KB at 128x128, D = 128); this one reads a K tile (and Q
+    # once), about half of that.
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    kvh = (bh // H) * (H // GROUP) + (bh % H) // GROUP
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows_ok = offs_m < n_q
+    q = tl.load(Q + bh.to(tl.int64) * n_q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=rows_ok[:, None], other=0.0)
+    k_head = K + kvh.to(tl.int64) * n_kv * HEAD_DIM
+    s_rows = S + bh.to(tl.int64) * n_q * n_kv + offs_m[:, None].to(tl.int64) * n_kv
+    for start_n in range(0, n_kv, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        cols_ok = offs_n < n_kv
+        k = tl.load(k_head + offs_n[None, :] * HEAD_DIM + offs_d[:, None], mask=cols_ok[None, :], other=0.0)
+        s = (tl.dot(q, k) * scale).to(S.dtype.element_ty)
+        tl.store(s_rows + offs_n[None, :], s, mask=rows_ok[:, None] & cols_ok[None, :])
+
+
+@triton.jit
 def _row_softmax(S, P, LSE, n_q, n_kv, causal_off, CAUSAL: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     r = row % n_q
@@ -139,7 +171,7 @@ def _pv_gemm(P, V, O, n_q, n_kv, H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM:
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m < n_q)[:, None])
 
 
-def _plan(q, k, v, causal, config, sm_scale, tma_store, qk_programs=None):
+def _plan(q, k, v, causal, config, sm_scale, tma_store, qk_programs=None, qk_rows=True):
     """The three launches on fresh S, P, O, LSE: (o, lse, s, p, [(name, fn,
     matmul_flops, hbm_bytes)]), bytes being the compulsory traffic (each
     tensor read or written once). qk_programs: run QKᵀ persistent on that
@@ -151,6 +183,9 @@ def _plan(q, k, v, causal, config, sm_scale, tma_store, qk_programs=None):
     nkv = k.shape[2]
     e = q.element_size()
     tma = bool(tma_store)
+    if qk_rows and (tma or qk_programs is not None):
+        raise InvalidConfig("tma_store and qk_programs are options of the tiled QKᵀ kernel: "
+                            "pass qk_rows=False with them")
     if tma:
         require_hopper(q.device, "standard with tma_store=True", "TMA")
         if nkv % 8:
@@ -172,7 +207,12 @@ def _plan(q, k, v, causal, config, sm_scale, tma_store, qk_programs=None):
     sp_bytes = b * h * nq * nkv * e
     tiled = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk, num_warps=cfg.num_warps,
                  num_stages=cfg.num_stages, **kw)
-    if qk_programs is None:
+    if qk_rows:
+        def qk():
+            return launch(_qk_gemm_rows[(cdiv(nq, cfg.block_m), b * h)], q, k, s, scale, nq, nkv,
+                          BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+                          num_stages=cfg.num_stages, **kw)
+    elif qk_programs is None:
         def qk():
             return launch(_qk_gemm[g1], q, k, s, scale, nq, nkv, b * h, TMA_STORE=tma, **tiled)
     else:
@@ -197,25 +237,62 @@ def _plan(q, k, v, causal, config, sm_scale, tma_store, qk_programs=None):
 
 
 def launches(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
-             tma_store: bool = False, qk_programs: int | None = None):
+             tma_store: bool = False, qk_programs: int | None = None, qk_rows: bool = True):
     """The three launches as separate zero-argument callables, for timing each
-    against its own bound: [(name, fn, matmul_flops, hbm_bytes)]. tma_store:
-    write S through the TMA unit (Hopper, Nkv a multiple of 8), measured
-    slower than the masked stores (experiments/qk_store_probe.py).
-    qk_programs: QKᵀ as a persistent kernel on that many CTAs."""
-    return _plan(q, k, v, causal, config, sm_scale, tma_store, qk_programs)[-1]
+    against its own bound: [(name, fn, matmul_flops, hbm_bytes)]. qk_rows
+    (the default): QKᵀ one CTA a row block of S, Q loaded once and K streamed
+    (_qk_gemm_rows); False: one CTA a tile (_qk_gemm), with tma_store (write S
+    through the TMA unit; Hopper, Nkv a multiple of 8) or qk_programs (a
+    persistent kernel on that many CTAs), each measured slower on the H100
+    (experiments/qk_store_probe.py)."""
+    return _plan(q, k, v, causal, config, sm_scale, tma_store, qk_programs, qk_rows)[-1]
 
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
             return_lse=False, keep_intermediates=False, tma_store: bool = False,
-            qk_programs: int | None = None):
+            qk_programs: int | None = None, qk_rows: bool = True):
     """Unfused attention in three launches. Same contract as kernels.fa2.forward;
     keep_intermediates=True also returns (S, P) for inspection; qk_programs
-    as launches()."""
-    o, lse, s, p, parts = _plan(q, k, v, causal, config, sm_scale, tma_store, qk_programs)
+    and qk_rows as launches()."""
+    o, lse, s, p, parts = _plan(q, k, v, causal, config, sm_scale, tma_store, qk_programs, qk_rows)
     for _, fn, _, _ in parts:
         fn()
     out = (o, lse) if return_lse else o
     if keep_intermediates:
         return out, (s, p)
     return out
+
+
+def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90,)) -> dict:
+    """Cross-compile the QKᵀ kernel standard launches (_qk_gemm_rows) for
+    `target` without a GPU: {"smem_bytes": metadata.shared, "n_regs":
+    registers per thread from ptxas, its loop's register spills and the
+    instructions a warp issues per trip (kernels/sass.py)}. algorithms/standard.py
+    reads them back through experiments/results/triton_smem_standard_qk.csv."""
+    from .common import interpreting
+
+    if interpreting():
+        from .fa2 import _compile_in_subprocess
+        return _compile_in_subprocess("kernels.standard", problem, config, target)
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    dt = {"bf16": "*bf16", "fp16": "*fp16"}[problem.dtype]
+    sig = {"Q": dt, "K": dt, "S": dt, "scale": "fp32", "n_q": "i32", "n_kv": "i32",
+           "H": "constexpr", "GROUP": "constexpr", "HEAD_DIM": "constexpr",
+           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
+    consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": problem.head_dim,
+              "BLOCK_M": config.block_m, "BLOCK_N": config.block_n}
+    # the launcher's specialisation: 16-byte aligned pointers, and the hint on
+    # the lengths when they are multiples of 16 (as kernels/fa2.py's probe)
+    names = list(sig)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("Q", "K", "S")}
+    attrs.update({(names.index(n),): [["tt.divisibility", 16]]
+                  for n, val in (("n_q", problem.seqlen_q), ("n_kv", problem.seqlen_kv)) if val % 16 == 0})
+    cap = target[0] if isinstance(target, (tuple, list)) else int(target)
+    compiled = triton.compile(ASTSource(fn=_qk_gemm_rows, signature=sig, constexprs=consts, attrs=attrs),
+                              target=GPUTarget("cuda", cap, 32),
+                              options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+    res_usage, listing = sass.cuobjdump(compiled, "-res-usage"), sass.cuobjdump(compiled, "-sass")
+    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": sass.registers(compiled, res_usage),
+            **sass.loop_spills(listing, res_usage), **sass.loop_issue_slots(listing)}

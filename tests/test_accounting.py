@@ -115,8 +115,10 @@ def test_standard_moves_s_and_p_through_hbm(p, cfg):
     sp = p.batch * p.heads * p.seqlen_q * p.seqlen_kv * p.elem_bytes
     assert c.store_bytes["S"] == c.load_bytes["S"] == sp
     assert c.store_bytes["P"] == c.load_bytes["P"] == sp
-    tn = cdiv(p.seqlen_kv, cfg.block_n)
-    assert c.load_bytes["Q"] == tn * sizes(p)["q"]
+    # QKᵀ: a CTA a row block of S reads its rows of Q once and its head's K once
+    tm = cdiv(p.seqlen_q, cfg.block_m)
+    assert c.load_bytes["Q"] == sizes(p)["q"]
+    assert c.load_bytes["K"] == tm * p.batch * p.heads * p.seqlen_kv * p.head_dim * p.elem_bytes
     assert c.compulsory_read_bytes == sizes(p)["q"] + 2 * sizes(p)["kv"] + 2 * sp
     assert c.flops_exp == p.batch * p.heads * p.seqlen_q * p.seqlen_kv
 

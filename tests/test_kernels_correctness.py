@@ -146,6 +146,23 @@ def test_standard_writes_s_and_p():
     assert (p[..., j > i + 16] == 0).all(), f"causal mask not applied, seed={seed}"
 
 
+@pytest.mark.parametrize("variant", [dict(qk_rows=False), dict(qk_rows=False, qk_programs=3)],
+                         ids=["tiled", "persistent"])
+def test_standard_qk_variants_write_the_same_s(variant):
+    """The QKᵀ kernels experiments/qk_store_probe.py compares: one CTA a tile
+    and a persistent kernel write the S the default (one CTA a row block of
+    S) writes, GQA and odd lengths included; the tiled ones sum over D in
+    steps of block_k, so bf16 rounding apart."""
+    seed = _seed()
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = make_inputs(1, 4, 67, 32, kv_heads=2, seqlen_kv=100, dtype=torch.bfloat16, device=DEVICE,
+                          generator=gen)
+    _, (s_rows, _) = standard.forward(q, k, v, config=SMALL["standard"], keep_intermediates=True)
+    _, (s_other, _) = standard.forward(q, k, v, config=SMALL["standard"], keep_intermediates=True, **variant)
+    limit = 2 ** -7 * s_rows.double().abs().max().item() + 1e-3
+    assert (s_other.double() - s_rows.double()).abs().max().item() <= limit, f"seed={seed}"
+
+
 @pytest.mark.skipif(not HOPPER, reason="fa3 needs a Hopper GPU (sm_90)")
 @pytest.mark.parametrize("case", CASES, ids=str)
 @pytest.mark.parametrize("config", [SMALL["fa3"], None], ids=["small", "default"])

@@ -94,8 +94,18 @@ def test_standard_tma_store_says_what_it_needs():
     hopper = CUDA and torch.cuda.get_device_capability()[0] >= 9 and not interpreting()
     if not hopper:
         with pytest.raises(UnsupportedAlgorithm, match="Hopper"):
-            standard.forward(q, k, v, tma_store=True)
+            standard.forward(q, k, v, tma_store=True, qk_rows=False)
     else:
         q, k, v = qkv(seqlen_q=30)
         with pytest.raises(InvalidProblem, match="multiple of 8"):
-            standard.forward(q, k, v, tma_store=True)
+            standard.forward(q, k, v, tma_store=True, qk_rows=False)
+
+
+@pytest.mark.parametrize("option", [dict(tma_store=True), dict(qk_programs=4)])
+def test_standard_tiled_options_need_the_tiled_kernel(option):
+    """tma_store and qk_programs belong to the one-CTA-a-tile QKᵀ kernel; with
+    the default (a row block of S a CTA) they are refused in one line."""
+    q, k, v = qkv()
+    with pytest.raises(InvalidConfig, match="pass qk_rows=False") as info:
+        standard.forward(q, k, v, **option)
+    assert "\n" not in str(info.value)

@@ -1,4 +1,4 @@
-"""The fa2 schedule's SMEM and registers equal what Triton allocates, row by row of the probe."""
+"""The fa2 schedule's and standard's QKᵀ SMEM and registers equal what Triton allocates, row by row of the probe."""
 import csv
 from pathlib import Path
 
@@ -20,6 +20,27 @@ def test_fa2_smem_rule_matches_every_compiled_config():
         assert schedule.launches[0].smem_bytes == int(r["smem_bytes"]), r
         # the sm_90 build runs with ptxas's registers (they set CTAs per SM)
         assert schedule.launches[0].regs_per_thread == int(r["n_regs"]), r
+
+
+def test_standard_qk_takes_what_triton_allocates():
+    """standard's QKᵀ launch (one CTA a row block of S) takes SMEM and
+    registers from the probe table, row by row; its rule for configs the
+    table lacks is exact at 8 warps with 2-4 stages and never below Triton."""
+    from algorithms.standard import qk_rows_smem_bytes
+
+    rows = list(csv.DictReader(CSV.with_name("triton_smem_standard_qk.csv").open()))
+    assert len(rows) == 144
+    for r in rows:
+        for causal in (False, True):     # every tile computed either way: one row serves both
+            p = AttentionProblem(batch=1, heads=1, seqlen_q=4096, head_dim=int(r["head_dim"]), causal=causal)
+            cfg = TileConfig(block_m=int(r["block_m"]), block_n=int(r["block_n"]),
+                             num_warps=int(r["num_warps"]), num_stages=int(r["num_stages"]))
+            qk = algorithms.build("standard", p, cfg).launches[0]
+            assert (qk.name, qk.smem_bytes, qk.regs_per_thread) == ("qk_gemm", int(r["smem_bytes"]), int(r["n_regs"])), r
+        rule = qk_rows_smem_bytes(p, cfg)
+        assert rule >= int(r["smem_bytes"]), r
+        if cfg.num_warps == 8 and cfg.num_stages >= 2:
+            assert rule == int(r["smem_bytes"]), r
 
 
 def test_issue_examples():

@@ -46,7 +46,10 @@ def parse_kernel(spec):
     if not cfg:
         return spec, name, None
     bm, bn, w, s = (int(x) for x in cfg.split("x"))
-    extra = {"mma": "wgmma", "consumer_warpgroups": max(1, w // 4 - 1)} if name.startswith("fa3") else {}
+    # fa3: consumers = warps / 4 less the producer's warpgroup; pingpong off, as
+    # the Gluon kernel's default_config (measured no gain: kernels/NOTES.md)
+    extra = ({"mma": "wgmma", "consumer_warpgroups": max(1, w // 4 - 1), "pingpong": False}
+             if name.startswith("fa3") else {})
     return spec, name, TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s, **extra)
 
 

@@ -20,13 +20,14 @@ import argparse
 import csv
 import itertools
 import os
+import statistics
 import sys
 import time
 
 from kernels.provenance import provenance, write_csv_atomic
 
 COLUMNS = ["kernel", "config", "batch", "heads", "seqlen", "head_dim", "causal", "dtype",
-           "ms", "tflops", "status", "gpu", "sm_clock_mhz", "driver", "torch", "triton",
+           "ms", "tflops", "ms_rounds", "status", "gpu", "sm_clock_mhz", "driver", "torch", "triton",
            "git_commit", "date", "command"]
 ALL_KERNELS = ["standard", "fa1", "fa2", "fa3", "fa3_gluon", "fa3_fp8", "sdpa_flash", "sdpa_cudnn",
                "sdpa_efficient"]
@@ -118,11 +119,17 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join("experiments", "results", "kernels_bench.csv"))
     ap.add_argument("--png", default=None, help="figure path (default: --out with .png)")
     ap.add_argument("--rep", type=int, default=100, help="do_bench rep (ms)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time every kernel of a shape this many times, interleaved (round 1: each "
+                         "kernel once, round 2: each again, ...); a row gives the median round and "
+                         "all of them, so a slow drift of the clock weighs on every kernel alike")
     ap.add_argument("--plot-only", action="store_true", help="redraw the figure from --out")
     ap.add_argument("--standard-parts", default=None, metavar="CSV",
                     help="also time standard's three launches at D=128, N=4096 against their "
                          "bounds (measured H100 anchors) and write them to CSV")
     a = ap.parse_args(argv)
+    if a.rounds < 1:
+        raise SystemExit(f"--rounds must be at least 1, got {a.rounds}")
     png = a.png or os.path.splitext(a.out)[0] + ".png"
     if a.plot_only:
         plot(a.out, png)
@@ -148,26 +155,41 @@ def main(argv=None):
                             for _ in range(3)) for _ in range(3)]
             for causal in causals:
                 flops = 4.0 * b * h * n * n * d * (0.5 if causal else 1.0)
+                shape_rows, fns, times = [], {}, {}
                 for spec, name, cfg in kernels:
-                    row = {"kernel": spec, "config": "" if cfg is None else
-                           f"{cfg.block_m}x{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}",
-                           "batch": b, "heads": h, "seqlen": n, "head_dim": d, "causal": int(causal),
-                           "dtype": "bf16", "ms": "", "tflops": "", "status": "ok", **prov}
-                    try:
-                        if name == "standard" and 2 * b * h * n * n * 2 > 40e9:
-                            raise RuntimeError("S and P would take more than 40 GB")
-                        fn = make_fn(name, cfg, inputs, causal)
-                        fn()
-                        torch.cuda.synchronize()
-                        ms = triton.testing.do_bench(fn, warmup=25, rep=a.rep, return_mode="median")
+                    shape_rows.append({"kernel": spec, "config": "" if cfg is None else
+                                       f"{cfg.block_m}x{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}",
+                                       "batch": b, "heads": h, "seqlen": n, "head_dim": d,
+                                       "causal": int(causal), "dtype": "bf16", "ms": "", "tflops": "",
+                                       "ms_rounds": "", "status": "ok", **prov})
+                for _ in range(a.rounds):
+                    for row, (spec, name, cfg) in zip(shape_rows, kernels):
+                        if row["status"] != "ok":
+                            continue
+                        try:
+                            if name == "standard" and 2 * b * h * n * n * 2 > 40e9:
+                                raise RuntimeError("S and P would take more than 40 GB")
+                            if spec not in fns:
+                                fns[spec] = make_fn(name, cfg, inputs, causal)
+                                fns[spec]()
+                                torch.cuda.synchronize()
+                            times.setdefault(spec, []).append(
+                                triton.testing.do_bench(fns[spec], warmup=25, rep=a.rep, return_mode="median"))
+                        except Exception as e:  # record and go on: one failure must not end the sweep
+                            row["status"] = f"{type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
+                            torch.cuda.empty_cache()
+                for row, (spec, _, _) in zip(shape_rows, kernels):
+                    if row["status"] == "ok":
+                        ms = statistics.median(times[spec])
                         row["ms"] = f"{ms:.5f}"
                         row["tflops"] = f"{flops / ms / 1e9:.1f}"
-                    except Exception as e:  # record and go on: one failure must not end the sweep
-                        row["status"] = f"{type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
-                        torch.cuda.empty_cache()
+                        row["ms_rounds"] = " ".join(f"{t:.5f}" for t in times[spec])
                     rows.append(row)
-                    log(f"[{time.time() - t0:6.1f}s] D={d} N={n} causal={int(causal)} {spec:22s} "
-                        f"{row['tflops'] or row['status']}")
+                    log(f"[{time.time() - t0:6.1f}s] D={d} N={n} causal={int(causal)} {row['kernel']:22s} "
+                        f"{row['tflops'] or row['status']}"
+                        + (f"  (rounds {min(times[row['kernel']]):.4f}-{max(times[row['kernel']]):.4f} ms)"
+                           if a.rounds > 1 and row["status"] == "ok" else ""))
+                del fns
             del inputs
             torch.cuda.empty_cache()
     if a.standard_parts:

@@ -10,7 +10,8 @@ FLOPs = 4·B·H·N²·D, halved when causal. Time: triton.testing.do_bench
 so that L2 never holds the next call's inputs. All kernels run in the same
 process and run. Kernel names: standard, fa1, fa2, fa3, fa3_gluon, fa3_fp8, sdpa_flash,
 sdpa_cudnn, sdpa_efficient; a config can be pinned with
-name@block_mxblock_nxnum_warpsxnum_stages (e.g. fa2@128x64x8x3).
+name@block_mxblock_nxnum_warpsxnum_stages (e.g. fa2@128x64x8x3; fa3_gluon@128x128x12x2+pp
+with pingpong).
 Writes a CSV with provenance (atomically) and a PNG of TFLOP/s vs N.
 No simulator import: runs on a machine with only torch and triton.
 """
@@ -46,10 +47,15 @@ def parse_kernel(spec):
         raise SystemExit(f"unknown kernel {name!r}; choose from {', '.join(ALL_KERNELS)}")
     if not cfg:
         return spec, name, None
-    bm, bn, w, s = (int(x) for x in cfg.split("x"))
-    # fa3: consumers = warps / 4 less the producer's warpgroup; pingpong off, as
-    # the Gluon kernel's default_config (measured no gain: kernels/NOTES.md)
-    extra = ({"mma": "wgmma", "consumer_warpgroups": max(1, w // 4 - 1), "pingpong": False}
+    cfg, pingpong = (cfg[:-3], True) if cfg.endswith("+pp") else (cfg, False)
+    try:
+        bm, bn, w, s = (int(x) for x in cfg.split("x"))
+    except ValueError:
+        raise SystemExit(f"bad config in {spec!r}: block_mxblock_nxwarpsxstages, e.g. fa2@128x64x8x3 "
+                         f"(fa3: a '+pp' suffix turns pingpong on)") from None
+    # fa3: consumers = warps / 4 less the producer's warpgroup; pingpong off unless
+    # '+pp' (the Gluon kernel's default_config has it off: kernels/NOTES.md)
+    extra = ({"mma": "wgmma", "consumer_warpgroups": max(1, w // 4 - 1), "pingpong": pingpong}
              if name.startswith("fa3") else {})
     return spec, name, TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s, **extra)
 

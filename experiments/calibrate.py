@@ -508,14 +508,39 @@ def triton_kernels():
             tl.store(C + pid, tl.sum(tl.sum(acc2, 1), 0))
 
     @triton.jit
-    def dot_chain(A, B, V, C, iters, CLK, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                  D: tl.constexpr, CLOCKED: tl.constexpr = False):
+    def phase_stamp(STAMPS, step, m, BM: tl.constexpr, STEPS: tl.constexpr):
+        # every row's clock64 once its row max m (which needs S) is in, into
+        # STAMPS[cta, step] for steps 0..STEPS-1 (steps before write slot 0,
+        # which step 0 overwrites; steps after, the dump slot STEPS). Stored
+        # from PTX with the address in m's own layout: a tl.store is given a
+        # coalesced layout, and converting the stamps to it went through SMEM
+        # with a second CTA barrier mid-step, which would hold the warpgroups
+        # together after S (SASS of the cross-compiled kernel).
+        clk = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [m.to(tl.int32, bitcast=True)],
+                                        dtype=tl.int64, is_pure=False, pack=1)
+        slot = tl.minimum(tl.maximum(step, 0), STEPS)
+        row = (m.to(tl.int32, bitcast=True) & 0) + tl.arange(0, BM)
+        addr = (STAMPS + (tl.program_id(0) * (STEPS + 1) + slot) * BM + row).to(tl.int64, bitcast=True)
+        tl.inline_asm_elementwise("st.global.b64 [$1], $2;\n\tmov.u32 $0, 0;", "=r,l,l", [addr, clk],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+    @triton.jit
+    def dot_chain(A, B, V, C, iters, CLK, STAMPS, first, BM: tl.constexpr, BN: tl.constexpr,
+                  BK: tl.constexpr, D: tl.constexpr, CLOCKED: tl.constexpr = False,
+                  PHASE_STEPS: tl.constexpr = 0):
         # A dependent chain per iteration, operands on chip: S = A·B (SMEM
         # operands), an exp2 and a row max on S, then acc += P·V with P from
         # registers -- the shape of a flash-attention step without its loads.
         # Timed at 1, 2, 4 CTAs per SM: how much of the chain's latency other
         # CTAs hide (an SM's throughput vs one warpgroup's round trip).
         # CLOCKED: CLK gets each CTA's clock64 and global timer at start and end.
+        # PHASE_STEPS: for that many steps from `first`, STAMPS gets every row's
+        # clock64 once its S is in (phase_stamp): with 8 warps rows 0-63 are
+        # warpgroup 0's and 64-127 warpgroup 1's, so the two stamps of a step
+        # say in which order the SM's tensor pipe served the two warpgroups'
+        # S products, issued together after the step's CTA barrier (BAR.SYNC
+        # heads the loop): whole products in order, one lands a product's
+        # time after the other; instructions interleaved, both together.
         pid = tl.program_id(0)
         if CLOCKED:
             clock_stamp(CLK, 0, pid)
@@ -527,50 +552,14 @@ def triton_kernels():
         for i in range(iters):
             s = tl.dot(a, b)
             m = tl.maximum(m, tl.max(s, 1))
+            if PHASE_STEPS:
+                phase_stamp(STAMPS, i - first, m, BM, PHASE_STEPS)
             p = tl.exp2(s * 0.01 - m[:, None] * 0.01)
             acc = tl.dot(p.to(v.dtype), v, acc)
         out = tl.sum(tl.sum(acc, 1), 0) + tl.sum(m, 0)
         tl.store(C + pid, out)
         if CLOCKED:
             clock_stamp(CLK, 2, out.to(tl.int32, bitcast=True))
-
-    @triton.jit
-    def dot_chain_phase(A, B, V, C, iters, first, STAMPS, BM: tl.constexpr, BN: tl.constexpr,
-                        BK: tl.constexpr, D: tl.constexpr, STEPS: tl.constexpr):
-        # dot_chain, and for STEPS steps from `first` every row's clock64 once
-        # its S = A·B is in (read on the row max, which needs S): with 8 warps
-        # rows 0-63 belong to warpgroup 0 and 64-127 to warpgroup 1, so the
-        # two stamps of a step say in which order the SM's tensor pipe served
-        # the two warpgroups' S products, issued together after the step's
-        # CTA barrier (BAR.SYNC heads the loop, SASS): whole products in
-        # order, one lands a product's time after the other; instructions
-        # interleaved, both land together. A predicated store, no branch.
-        pid = tl.program_id(0)
-        rows = tl.arange(0, BM)
-        a = tile(A, BM, BK)
-        b = tile(B, BK, BN)
-        v = tile(V, BN, D)
-        acc = tl.zeros([BM, D], tl.float32)
-        m = tl.zeros([BM], tl.float32)
-        for i in range(iters):
-            s = tl.dot(a, b)
-            m = tl.maximum(m, tl.max(s, 1))
-            clk = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [m.to(tl.int32, bitcast=True)],
-                                            dtype=tl.int64, is_pure=False, pack=1)
-            # stored from PTX, the address in the row max's own layout: a
-            # tl.store is given a coalesced layout, and converting the stamps
-            # to it went through SMEM with a second CTA barrier mid-step,
-            # which would hold the warpgroups together after S. Steps before
-            # the window write slot 0 (the window's first step overwrites it),
-            # steps after it the dump slot STEPS.
-            slot = tl.minimum(tl.maximum(i - first, 0), STEPS)
-            row = (m.to(tl.int32, bitcast=True) & 0) + rows
-            addr = (STAMPS + (pid * (STEPS + 1) + slot) * BM + row).to(tl.int64, bitcast=True)
-            tl.inline_asm_elementwise("st.global.b64 [$1], $2;\n\tmov.u32 $0, 0;", "=r,l,l", [addr, clk],
-                                      dtype=tl.int32, is_pure=False, pack=1)
-            p = tl.exp2(s * 0.01 - m[:, None] * 0.01)
-            acc = tl.dot(p.to(v.dtype), v, acc)
-        tl.store(C + pid, tl.sum(tl.sum(acc, 1), 0) + tl.sum(m, 0))
 
     @triton.jit
     def softmax_mix(X, OUT, iters, BM: tl.constexpr, BN: tl.constexpr, EXP: tl.constexpr):
@@ -615,7 +604,6 @@ def triton_kernels():
 
     return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, l2_read=l2_read, l2_write=l2_write,
                 dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, dot_chain=dot_chain,
-                dot_chain_phase=dot_chain_phase,
                 softmax_mix=softmax_mix, exp2_loop=exp2_loop, empty=empty)
 
 
@@ -1258,7 +1246,7 @@ def bench_dot_chain(r: Runner, K):
             clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
 
             def fn():
-                return K["dot_chain"][(grid,)](a, b, v, c, iters, clk, BM=bm, BN=bn, BK=d, D=d,
+                return K["dot_chain"][(grid,)](a, b, v, c, iters, clk, clk, 0, BM=bm, BN=bn, BK=d, D=d,
                                                CLOCKED=True, num_warps=warps, num_stages=1)
 
             compiled = fn()
@@ -1285,8 +1273,9 @@ PHASE_STEPS = 16
 
 def bench_dot_chain_phase(r: Runner, K):
     """In which order does an SM's tensor pipe serve two warpgroups' products
-    issued together? dot_chain_phase stamps every row's clock64 once its S is
-    in, for PHASE_STEPS steps in the middle of the run, one 8-warp CTA an SM.
+    issued together? dot_chain with PHASE_STEPS stamps every row's clock64
+    once its S is in, for PHASE_STEPS steps in the middle of the run, one
+    8-warp CTA an SM.
     Rows `dot_chain_phase`: the median over CTAs and steps of warpgroup 1's
     stamp less warpgroup 0's (each the median of its 64 rows), in cycles;
     the detail gives the step's period, the spread, and how often each
@@ -1306,8 +1295,8 @@ def bench_dot_chain_phase(r: Runner, K):
         stamps = torch.zeros(grid * (PHASE_STEPS + 1) * bm, device="cuda", dtype=torch.int64)
 
         def fn():
-            return K["dot_chain_phase"][(grid,)](a, b, v, c, iters, first, stamps, BM=bm, BN=bn, BK=d, D=d,
-                                                 STEPS=PHASE_STEPS, num_warps=warps, num_stages=1)
+            return K["dot_chain"][(grid,)](a, b, v, c, iters, stamps, stamps, first, BM=bm, BN=bn, BK=d, D=d,
+                                           PHASE_STEPS=PHASE_STEPS, num_warps=warps, num_stages=1)
 
         compiled = fn()
         torch.cuda.synchronize()

@@ -359,6 +359,19 @@ def triton_kernels():
         tl.store(Y + pid * BLOCK + offs, offs.to(tl.float32) * val + pid.to(tl.float32))
 
     @triton.jit
+    def tile_write(Y, n_cols, BM: tl.constexpr, BN: tl.constexpr):
+        # standard's QKᵀ store pattern without its products: a CTA a block of
+        # BM rows of a row-major [rows, n_cols] bf16 matrix, walking its columns
+        # BN at a time, each step a [BM, BN] tile: BM runs of BN x 2 bytes, the
+        # rows n_cols x 2 bytes apart
+        pid = tl.program_id(0).to(tl.int64)
+        rows = pid * BM + tl.arange(0, BM)
+        cols = tl.arange(0, BN)
+        for j in range(0, n_cols, BN):
+            val = (rows[:, None] + cols[None, :] + j).to(tl.bfloat16)
+            tl.store(Y + rows[:, None] * n_cols + j + cols[None, :], val)
+
+    @triton.jit
     def hbm_copy(X, Y, BLOCK: tl.constexpr):
         pid = tl.program_id(0).to(tl.int64)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
@@ -602,7 +615,7 @@ def triton_kernels():
     def empty():
         pass
 
-    return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, l2_read=l2_read, l2_write=l2_write,
+    return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, tile_write=tile_write, l2_read=l2_read, l2_write=l2_write,
                 dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, dot_chain=dot_chain,
                 softmax_mix=softmax_mix, exp2_loop=exp2_loop, empty=empty)
 
@@ -875,6 +888,36 @@ def bench_hbm(r: Runner, K):
               detail=f"{nbytes >> 20} MiB fp32 buffers, bytes read+written / do_bench median "
                      f"{ms * 1e3:.1f} us")
     del x, y
+
+
+# Tile widths for tile_write, in bf16 columns: runs of 64 B to 1 KB (standard's
+# QKᵀ at block_n = 128 writes 256 B runs)
+TILE_WRITE_COLS = (32, 64, 128, 256, 512)
+
+
+def bench_tile_write(r: Runner, K):
+    """HBM write bandwidth for the store pattern of standard's QKᵀ (rows
+    `tile_write`): 2 GB of bf16 written as [128, BN] tiles, a CTA a row block
+    walking its columns, BN from 32 to 512 (runs of 64 B to 1 KB); against
+    hbm_bandwidth/write, 32 KB contiguous a CTA."""
+    torch = r.torch
+    n_cols = 4096
+    n_rows = ((1 << 31) if not r.args.quick else (1 << 29)) // (2 * n_cols)
+    y = torch.empty(n_rows, n_cols, device="cuda", dtype=torch.bfloat16)
+    bm = 128
+    for bn in TILE_WRITE_COLS:
+        def fn():
+            return K["tile_write"][(n_rows // bm,)](y, n_cols, BM=bm, BN=bn, num_warps=8)
+
+        fn()
+        torch.cuda.synchronize()
+        with r.sampler() as s:
+            ms = r.do_bench(fn)
+        r.add("tile_write", f"{bm}x{bn}", y.numel() * 2 / (ms * 1e-3) / 1e9, "GB/s", s.mhz,
+              detail=f"{y.numel() * 2 >> 20} MiB of bf16 rows {n_cols * 2} B long, {n_rows // bm} CTAs of 8 "
+                     f"warps each writing {bm} rows as [{bm}, {bn}] tiles ({bn * 2} B runs); do_bench "
+                     f"median {ms * 1e3:.1f} us")
+    del y
 
 
 def bench_l2(r: Runner, K):
@@ -1771,6 +1814,7 @@ def cmd_run(args) -> int:
         print(f"[calibrate] CUDA C microkernels unavailable: {e}", file=sys.stderr)
         r.add("cuda_build", "nvcc", "nan", "", detail=f"failed: {str(e)[:300]}")
     steps = [("device", lambda: bench_device(r)), ("hbm", lambda: bench_hbm(r, K)),
+             ("tile_write", lambda: bench_tile_write(r, K)),
              ("l2", lambda: bench_l2(r, K)),
              ("l2_store", lambda: bench_l2_store(r, K)),
              ("l2_duration", lambda: bench_l2_duration(r, K)),
@@ -2285,7 +2329,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("run", help="measure on the GPU machine")
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
-    p.add_argument("--only", default="", help="comma-separated steps: device,hbm,l2,wgmma,cuda,softmax_mix,"
+    p.add_argument("--only", default="", help="comma-separated steps: device,hbm,tile_write,l2,wgmma,cuda,softmax_mix,"
                                               "l2_store,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,dot_chain_phase,"
                                               "exp2_triton,latency,loaded_latency,"
                                               "launch,cta_cycle,cta_stamps")

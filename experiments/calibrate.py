@@ -372,6 +372,34 @@ def triton_kernels():
             tl.store(Y + rows[:, None] * n_cols + j + cols[None, :], val)
 
     @triton.jit
+    def tma_setup(X, OUT, CLK, n_rows, ROWS: tl.constexpr, COLS: tl.constexpr, TMA: tl.constexpr):
+        # what kernels/fa3.py does before its first copy: three device-side
+        # tensor descriptors (Q, K, V), each built in SMEM, written to the CTA's
+        # global scratch and fenced (SASS: ATOMG.E.EXCH.STRONG.GPU, DEPBAR,
+        # UTMACCTL.IV, UTMACMDFLUSH), then a [ROWS, COLS] tile through each; TMA
+        # False: the same three tiles by plain loads. CLK[cta] = the clock64
+        # cycles from the CTA's start to the sum of its tiles.
+        pid = tl.program_id(0)
+        t0 = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [pid], dtype=tl.int64,
+                                       is_pure=False, pack=1)
+        row0 = (pid * ROWS) % n_rows
+        if TMA:
+            da = tl.make_tensor_descriptor(X, shape=[n_rows, COLS], strides=[COLS, 1], block_shape=[ROWS, COLS])
+            db = tl.make_tensor_descriptor(X + COLS, shape=[n_rows - 1, COLS], strides=[COLS, 1],
+                                           block_shape=[ROWS, COLS])
+            dc = tl.make_tensor_descriptor(X + 2 * COLS, shape=[n_rows - 2, COLS], strides=[COLS, 1],
+                                           block_shape=[ROWS, COLS])
+            tiles = da.load([row0, 0]) + db.load([row0, 0]) + dc.load([row0, 0])
+        else:
+            offs = (row0 + tl.arange(0, ROWS))[:, None] * COLS + tl.arange(0, COLS)[None, :]
+            tiles = tl.load(X + offs) + tl.load(X + COLS + offs) + tl.load(X + 2 * COLS + offs)
+        total = tl.sum(tl.sum(tiles.to(tl.float32), 1), 0)
+        t1 = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [total.to(tl.int32, bitcast=True)],
+                                       dtype=tl.int64, is_pure=False, pack=1)
+        tl.store(OUT + pid, total)
+        tl.store(CLK + pid, t1 - t0)
+
+    @triton.jit
     def hbm_copy(X, Y, BLOCK: tl.constexpr):
         pid = tl.program_id(0).to(tl.int64)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
@@ -615,7 +643,8 @@ def triton_kernels():
     def empty():
         pass
 
-    return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, tile_write=tile_write, l2_read=l2_read, l2_write=l2_write,
+    return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, tile_write=tile_write,
+                tma_setup=tma_setup, l2_read=l2_read, l2_write=l2_write,
                 dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, dot_chain=dot_chain,
                 softmax_mix=softmax_mix, exp2_loop=exp2_loop, empty=empty)
 
@@ -920,6 +949,49 @@ def bench_tile_write(r: Runner, K):
                      f"warps each writing {bm} rows as [{bm}, {bn}] tiles ({bn * 2} B runs); do_bench "
                      f"median {ms * 1e3:.1f} us")
     del y
+
+
+def bench_tma_setup(r: Runner, K):
+    """The cycles a CTA spends building kernels/fa3.py's three device-side TMA
+    descriptors before its first copy (rows `tma_setup`): tma_setup with TMA
+    against the same three [64, 64] bf16 tiles by plain loads, clock64 per CTA
+    from its start to the tiles' sum, median over CTAs, with one CTA an SM
+    (grid = SMs) and with eight (grid = 8 x SMs, the descriptors' global
+    atomics from every CTA at once)."""
+    import numpy as np
+
+    from kernels.common import ensure_tma_allocator
+
+    torch = r.torch
+    ensure_tma_allocator()
+    rows, cols, n_rows = 64, 64, 1 << 16
+    x = (torch.randn(n_rows, cols, device="cuda") * 0.1).to(torch.bfloat16)
+    for per_sm in (1, 8):
+        grid = r.sms * per_sm
+        out = torch.empty(grid, device="cuda", dtype=torch.float32)
+        clk = torch.zeros(grid, device="cuda", dtype=torch.int64)
+        cycles = {}
+        for tma in (False, True):
+            def fn():
+                return K["tma_setup"][(grid,)](x, out, clk, n_rows, ROWS=rows, COLS=cols, TMA=tma, num_warps=4)
+
+            fn()
+            torch.cuda.synchronize()
+            runs = []
+            for _ in range(5):
+                fn()
+                torch.cuda.synchronize()
+                runs.append(float(np.median(clk.cpu().numpy())))
+            cycles[tma] = statistics.median(runs)
+            r.add("tma_setup", f"{'tma' if tma else 'plain'}_x{per_sm}", cycles[tma], "clk",
+                  detail=f"{grid} CTAs of 4 warps ({per_sm} an SM at most): clock64 from a CTA's start to "
+                         f"the sum of three [{rows}, {cols}] bf16 tiles "
+                         + ("loaded through three device-side tensor descriptors it builds first"
+                            if tma else "loaded by plain loads") + "; median CTA, median of 5 launches: "
+                         + " / ".join(f"{v:.0f}" for v in runs))
+        r.add("tma_setup", f"descriptors_x{per_sm}", cycles[True] - cycles[False], "clk",
+              detail=f"tma_x{per_sm} less plain_x{per_sm}: three device-side descriptors built and "
+                     f"fenced, and their three copies' extra latency, a CTA")
 
 
 def bench_l2(r: Runner, K):
@@ -1817,6 +1889,7 @@ def cmd_run(args) -> int:
         r.add("cuda_build", "nvcc", "nan", "", detail=f"failed: {str(e)[:300]}")
     steps = [("device", lambda: bench_device(r)), ("hbm", lambda: bench_hbm(r, K)),
              ("tile_write", lambda: bench_tile_write(r, K)),
+             ("tma_setup", lambda: bench_tma_setup(r, K)),
              ("l2", lambda: bench_l2(r, K)),
              ("l2_store", lambda: bench_l2_store(r, K)),
              ("l2_duration", lambda: bench_l2_duration(r, K)),
@@ -2331,7 +2404,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("run", help="measure on the GPU machine")
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
-    p.add_argument("--only", default="", help="comma-separated steps: device,hbm,tile_write,l2,wgmma,cuda,softmax_mix,"
+    p.add_argument("--only", default="", help="comma-separated steps: device,hbm,tile_write,tma_setup,l2,wgmma,cuda,softmax_mix,"
                                               "l2_store,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,dot_chain_phase,"
                                               "exp2_triton,latency,loaded_latency,"
                                               "launch,cta_cycle,cta_stamps")

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .compiled import NOTHING, Compiled, fa2_compiled
-from .ops import CP_ASYNC, TMA, Alu, Exp, IssueStalls, Load, Mma, MmaWait, StepLatency, Store, Tile, Wait
+from .ops import (CP_ASYNC, TMA, Alu, DescriptorSetup, Exp, IssueStalls, Load, Mma, MmaWait, StepLatency, Store,
+                  Tile, Wait)
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule, TensorSpec,
                        head_layout, pipelined_loop, plain_load)
@@ -155,6 +156,9 @@ class Variant:
     launch: str = "fa2_fwd"
     engine: str = CP_ASYNC
     fp8_steps: bool = False
+    # TMA descriptors a CTA builds on the device before its first copy
+    # (Triton's tl.make_tensor_descriptor; none for cp.async)
+    device_descriptors: int = 0
 
 
 FA2 = Variant()
@@ -199,6 +203,10 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
     # no count); 185-2196 clocks a warp each. With them fa2's MAPE over the
     # measured sweep went 15.2 -> 13.3% (validation_notes.md, session 11).
     before, between, after = ([IssueStalls(c)] for c in compiled.stalls) if compiled.stalls else ([], [], [])
+    # the descriptors are built before anything else, one after the other
+    # (SASS of kernels/fa3.py: an ATOMG.E.EXCH.STRONG.GPU, UTMACCTL.IV and
+    # UTMACMDFLUSH each, waited for): 2015 cycles a descriptor on the H100
+    setup = [DescriptorSetup(variant.device_descriptors)] if variant.device_descriptors else []
 
     def part(tile: Tile, nbytes: int, k: int):
         """Role k's share of a tile every thread copies a part of (a TMA copy
@@ -266,7 +274,7 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
             # each on its own: the first drains (waits for its last P V and
             # copies) and the second fills its stages afresh (TTGIR, sm_90
             # and sm_80 alike), so a causal CTA waits out one more load.
-            items = [*before, *bring_q,
+            items = [*setup, *before, *bring_q,
                      *pipelined_loop("kv", n_full, loads_of, compute_of, cfg.num_stages, key_of,
                                      spill_traffic, role=k, roles=roles, engine=variant.engine),
                      MmaWait(0),                                     # the first loop's last P V

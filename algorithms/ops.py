@@ -134,6 +134,17 @@ class IssueStalls:
 
 
 @dataclass(frozen=True, slots=True)
+class DescriptorSetup:
+    """A CTA builds `count` TMA tensor descriptors on the device before its
+    first copy (Triton's tl.make_tensor_descriptor: each written to global
+    scratch by a GPU-scope atomic and fenced, one after the other). The role
+    waits count x the profile's copy.tma_descriptor_setup_cycles
+    (experiments/calibrate.py tma_setup), holding no unit."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class SmemIO:
     """Warps reading or writing `nbytes` of shared memory (not counting what
     the tensor cores and copy engines move), e.g. FA1's split-K combine."""
@@ -162,7 +173,8 @@ class SyncThreads:
     """__syncthreads: every role of the CTA reaches this point before any goes on."""
 
 
-Op = Union[Load, Store, Mma, MmaWait, Exp, Alu, StepLatency, SmemIO, Arrive, Wait, SyncThreads]
+Op = Union[Load, Store, Mma, MmaWait, Exp, Alu, StepLatency, IssueStalls, DescriptorSetup, SmemIO, Arrive, Wait,
+           SyncThreads]
 
 
 @dataclass(frozen=True)

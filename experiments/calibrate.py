@@ -951,6 +951,10 @@ def bench_tile_write(r: Runner, K):
     del y
 
 
+# the descriptors tma_setup builds, as kernels/fa3.py (Q, K, V; fp8: Q, K, Vᵀ)
+TMA_SETUP_DESCRIPTORS = 3
+
+
 def bench_tma_setup(r: Runner, K):
     """The cycles a CTA spends building kernels/fa3.py's three device-side TMA
     descriptors before its first copy (rows `tma_setup`): tma_setup with TMA
@@ -2232,6 +2236,16 @@ def mapping(rows):
     if v is not None and v >= 0:
         out[("copy", "tma_extra_latency_cycles")] = (round(v, 0), cite(
             f"the same DRAM chase through cp.async.bulk + mbarrier minus the plain chase = {v:.0f} cycles",
+            row))
+    v, row = _val(rows, "tma_setup", "descriptors_x1")
+    if v is not None and v >= 0:
+        out[("copy", "tma_descriptor_setup_cycles")] = (round(v / TMA_SETUP_DESCRIPTORS, 0), cite(
+            f"a CTA (one an SM) building {TMA_SETUP_DESCRIPTORS} device-side tensor descriptors as "
+            f"kernels/fa3.py does (each written to global scratch by a GPU-scope atomic, waited "
+            f"for, UTMACCTL.IV, UTMACMDFLUSH) and loading a tile through each, less the same tiles "
+            f"by plain loads: {v:.0f} clock64 cycles, {v / TMA_SETUP_DESCRIPTORS:.0f} a descriptor "
+            f"(with eight CTAs an SM building at once: "
+            f"{(_val(rows, 'tma_setup', 'descriptors_x8')[0] or float('nan')) / TMA_SETUP_DESCRIPTORS:.0f})",
             row))
     v, row = _val(rows, "cta_cycle", "0B_x1")
     if v and row.get("clock_mhz_nvml"):

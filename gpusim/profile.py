@@ -41,7 +41,8 @@ SCHEMA: dict[str, dict[str, tuple[type, object, object]]] = {
            "sm_store_bytes_per_clk": (float, 1, 4096)},
     "hbm": {"peak_bandwidth_gbps": (float, 1, 1e6), "sustained_bandwidth_gbps": (float, 1, 1e6),
             "latency_cycles": (float, 0, 1e5)},
-    "copy": {"plain_load_latency_cycles": (float, 0, 1e5), "tma_extra_latency_cycles": (float, 0, 1e5)},
+    "copy": {"plain_load_latency_cycles": (float, 0, 1e5), "tma_extra_latency_cycles": (float, 0, 1e5),
+             "tma_descriptor_setup_cycles": (float, 0, 1e6)},
     "launch": {"kernel_launch_us": (float, 0, 1e4), "cta_turnover_cycles": (float, 0.0, 1e6)},
 }
 # Sections whose values are text or flags, not numbers needing a source.

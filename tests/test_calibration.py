@@ -13,7 +13,7 @@ from gpusim.profile import profiles_dir
 MEASURED_IN_H100 = [("units", "tensor_alu_serial_fraction"), ("units", "flash_step_latency_cycles"),
                     ("l2", "bandwidth_gbps"), ("l2", "sm_port_bytes_per_clk"),
                     ("l2", "sm_store_bytes_per_clk"), ("launch", "kernel_launch_us"),
-                    ("launch", "cta_turnover_cycles")]
+                    ("launch", "cta_turnover_cycles"), ("copy", "tma_descriptor_setup_cycles")]
 
 
 @pytest.fixture(scope="module")

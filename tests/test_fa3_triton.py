@@ -1,12 +1,14 @@
 """algorithms/fa3_triton: the schedule kernels/fa3.py compiles to under Triton
 3.6 (no warp specialisation on sm_90): fa2's structure, TMA copies, the
 launch's own warps, and the fp8 kernel's one all-masked loop."""
+import dataclasses
+
 import pytest
 
 import algorithms
 from algorithms.accounting import count
 from algorithms.errors import InvalidConfig, UnsupportedAlgorithm
-from algorithms.ops import TMA, Exp, Load, Loop, Mma, MmaWait, Wait, walk
+from algorithms.ops import TMA, DescriptorSetup, Exp, Load, Loop, Mma, MmaWait, Wait, walk
 from algorithms.problem import AttentionProblem, TileConfig
 from gpusim import predict
 from gpusim.cli import main
@@ -30,6 +32,59 @@ def test_launches_the_warps_triton_builds_and_copies_by_tma():
     items = roles[0].items
     q = next(k for k, it in enumerate(items) if isinstance(it, Load) and it.tile.tensor == "Q")
     assert isinstance(items[q + 1], Wait)      # Q's mbarrier
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_every_cta_first_builds_its_three_descriptors(dtype):
+    """Both kernels build their Q, K and V (fp8: Vᵀ) descriptors on the device,
+    each fenced on its own (three UTMACCTL.IV in the cross-compiled SASS):
+    every warpgroup's program starts by waiting for them, and fa2, which
+    copies by cp.async, does not."""
+    from algorithms.fa3_triton import DEVICE_DESCRIPTORS
+    from kernels import fa3, sass
+
+    problem = dataclasses.replace(PROBLEM, dtype=dtype)
+    _, roles = _roles(problem)
+    assert all(role.items[0] == DescriptorSetup(DEVICE_DESCRIPTORS) for role in roles)
+    fa2_roles = algorithms.build("fa2", PROBLEM, CONFIG.with_(num_warps=8, mma="auto")).launches[0].program(3).roles
+    assert not any(isinstance(op, DescriptorSetup) for role in fa2_roles for op in walk(role.items))
+    run = CONFIG.with_(num_warps=8)
+    captured = []
+    import triton
+    compile_ = triton.compile
+
+    def keep(*args, **kwargs):
+        captured.append(compile_(*args, **kwargs))
+        return captured[-1]
+
+    triton.compile = keep
+    try:
+        fa3.compiled_resources(problem, run)
+    finally:
+        triton.compile = compile_
+    assert sass.cuobjdump(captured[-1], "-sass").count("UTMACCTL.IV") == DEVICE_DESCRIPTORS
+
+
+def test_descriptor_setup_is_waited_out_at_the_profiles_cycles():
+    """A CTA that builds three descriptors takes 3 x copy.tma_descriptor_setup_cycles
+    longer than the same CTA without them, and holds no unit meanwhile."""
+    from algorithms.ops import IssueStalls
+    from algorithms.schedule import CtaProgram, Launch, Role, Schedule
+    from gpusim.engine import simulate
+    from gpusim.profile import load_profile
+
+    gpu = load_profile("h100")
+
+    def runtime(items):
+        launch = Launch("one", 1, 128, 0, 32, lambda cta: CtaProgram((Role("warps", 4, tuple(items)),)),
+                        classes=lambda: [(0, 1)], cost_key=lambda cta: 0)
+        result = simulate(Schedule("probe", PROBLEM, None, (launch,), {}), gpu)
+        return result.runtime_s, result.unit_busy
+    base, _ = runtime([IssueStalls(100)])
+    with_setup, busy = runtime([DescriptorSetup(3), IssueStalls(100)])
+    assert gpu.copy.tma_descriptor_setup_cycles > 0
+    assert with_setup - base == pytest.approx(3 * gpu.copy.tma_descriptor_setup_cycles / gpu.clock_hz, rel=1e-9)
+    assert max(busy.values()) == 0.0
 
 
 def test_same_bytes_as_fa2_at_the_launched_config():

@@ -12,7 +12,8 @@ a CTA is a SimPy process interpreting its ops:
   sub-partitions and a warp runs on one). Async Mma (wgmma) keeps going;
   MmaWait waits for all but the last `pending`. StepLatency: the role waits
   out a flash step's chain latency (profile) holding no unit; IssueStalls:
-  the stall clocks ptxas scheduled into straight-line code, the same way.
+  the stall clocks ptxas scheduled into straight-line code, the same way;
+  DescriptorSetup: device-side TMA descriptors built at a CTA's start (profile).
 - Load: plain loads stall the role until the bytes arrive; cp.async and TMA
   loads signal their barriers on arrival (TMA adds its extra latency).
 - Store: through the SM port into L2 (write-back); the CTA ends after its
@@ -54,8 +55,8 @@ from math import inf
 import simpy
 from simpy.events import NORMAL, Timeout
 
-from algorithms.ops import (LD, TMA, Alu, Arrive, Exp, IssueStalls, Load, Loop, Mma, MmaWait, SmemIO, StepLatency,
-                            Store, SyncThreads, Wait)
+from algorithms.ops import (LD, TMA, Alu, Arrive, DescriptorSetup, Exp, IssueStalls, Load, Loop, Mma, MmaWait, SmemIO,
+                            StepLatency, Store, SyncThreads, Wait)
 from algorithms.problem import DTYPE_BYTES
 from algorithms.schedule import Launch, Schedule
 
@@ -248,6 +249,7 @@ class Engine:
         self._ops = {Mma: self._mma, Load: self._load, Store: self._store, Exp: self._exp,
                      Alu: self._alu, SmemIO: self._smem, MmaWait: self._mma_wait,
                      StepLatency: self._step_latency, IssueStalls: self._issue_stalls,
+                     DescriptorSetup: self._descriptor_setup,
                      Arrive: self._arrive, Wait: self._wait, SyncThreads: self._nothing}
 
     # ------------------------------------------------------------------ ops
@@ -340,6 +342,11 @@ class Engine:
     def _step_latency(self, op: StepLatency, role, cta):
         """The chain's latency: the role waits, the SM's units stay free for others."""
         return self.env.timeout(self.step_latency) if self.step_latency else None
+
+    def _descriptor_setup(self, op: DescriptorSetup, role, cta):
+        """Device-side TMA descriptors built one after the other: the role waits, no unit is held."""
+        cycles = op.count * self.gpu.copy.tma_descriptor_setup_cycles
+        return self.env.timeout(cycles / self.clock) if cycles > 0 else None
 
     def _issue_stalls(self, op: IssueStalls, role, cta):
         """Straight-line code's scheduled stalls: the role waits, no unit is held."""

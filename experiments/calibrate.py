@@ -400,6 +400,30 @@ def triton_kernels():
         tl.store(CLK + pid, t1 - t0)
 
     @triton.jit
+    def store_overlap(Y, CLK, iters, WORK: tl.constexpr, STORE: tl.constexpr, STORES: tl.constexpr):
+        # Does a warp wait for its stores to leave the SM? Per iteration: a
+        # chain of WORK dependent FMAs on one value a thread, and STORE fp32 a
+        # CTA stored from registers to the CTA's own L2-resident slot (values
+        # of the iteration, not of the chain: tied to it, the compiler
+        # recomputed the chain for every stored register). Posted stores let
+        # the chain run while they drain (an iteration takes the longer of the
+        # two); a warp that waits for them takes the sum. CLK[cta] = clock64
+        # over the loop. STORES False: the chain alone.
+        pid = tl.program_id(0)
+        x = tl.arange(0, 128).to(tl.float32) * 1e-3 + pid
+        tile = tl.arange(0, STORE).to(tl.float32)
+        t0 = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [pid], dtype=tl.int64,
+                                       is_pure=False, pack=1)
+        for i in range(iters):
+            for _ in tl.static_range(WORK):
+                x = x * 0.999 + 0.001
+            if STORES:
+                tl.store(Y + pid * STORE + tl.arange(0, STORE), tile + i)
+        t1 = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [tl.sum(x, 0).to(tl.int32, bitcast=True)],
+                                       dtype=tl.int64, is_pure=False, pack=1)
+        tl.store(CLK + pid, t1 - t0)
+
+    @triton.jit
     def hbm_copy(X, Y, BLOCK: tl.constexpr):
         pid = tl.program_id(0).to(tl.int64)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
@@ -644,7 +668,7 @@ def triton_kernels():
         pass
 
     return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, tile_write=tile_write,
-                tma_setup=tma_setup, l2_read=l2_read, l2_write=l2_write,
+                tma_setup=tma_setup, store_overlap=store_overlap, l2_read=l2_read, l2_write=l2_write,
                 dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, dot_chain=dot_chain,
                 softmax_mix=softmax_mix, exp2_loop=exp2_loop, empty=empty)
 
@@ -996,6 +1020,55 @@ def bench_tma_setup(r: Runner, K):
         r.add("tma_setup", f"descriptors_x{per_sm}", cycles[True] - cycles[False], "clk",
               detail=f"tma_x{per_sm} less plain_x{per_sm}: three device-side descriptors built and "
                      f"fenced, and their three copies' extra latency, a CTA")
+
+
+# store_overlap: a chain of dependent FMAs (~1000 cycles at 4 a link) against
+# stores of 4-64 KB a CTA an iteration (64 KB is 2060 cycles at the SM's 31.8 B/clk)
+STORE_OVERLAP_WORK = 256
+STORE_OVERLAP_BYTES = (4096, 8192, 16384, 32768, 65536)
+
+
+def bench_store_overlap(r: Runner, K):
+    """Does a warp wait for its stores to leave the SM (rows `store_overlap`)?
+    One 4-warp CTA an SM, each iteration a chain of STORE_OVERLAP_WORK
+    dependent FMAs and a store of B bytes from registers: the chain alone,
+    the store alone, and both, in clock64 cycles an iteration (median CTA).
+    Posted stores: both take the longer of the two; waited-for: their sum."""
+    import numpy as np
+
+    torch = r.torch
+    grid = r.sms
+    iters = 256
+    clk = torch.zeros(grid, device="cuda", dtype=torch.int64)
+    for nbytes in STORE_OVERLAP_BYTES:
+        floats = nbytes // 4
+        y = torch.empty(grid * floats, device="cuda", dtype=torch.float32)
+        cycles = {}
+        for case, work, stores in (("chain", STORE_OVERLAP_WORK, False), ("store", 0, True),
+                                   ("both", STORE_OVERLAP_WORK, True)):
+            def fn():
+                return K["store_overlap"][(grid,)](y, clk, iters, WORK=work, STORE=floats, STORES=stores,
+                                                   num_warps=4)
+
+            fn()
+            torch.cuda.synchronize()
+            runs = []
+            for _ in range(3):
+                fn()
+                torch.cuda.synchronize()
+                runs.append(float(np.median(clk.cpu().numpy())) / iters)
+            cycles[case] = statistics.median(runs)
+            r.add("store_overlap", f"{nbytes}B_{case}", cycles[case], "clk/iter",
+                  detail=f"{grid} CTAs of 4 warps, one an SM, {iters} iterations of "
+                         + {"chain": f"{work} dependent FMAs", "store": f"a {nbytes} B store from registers",
+                            "both": f"{work} dependent FMAs and a {nbytes} B store"}[case]
+                         + "; clock64 over the loop, median CTA, median of 3 launches: "
+                         + " / ".join(f"{v:.1f}" for v in runs))
+        longer, total = max(cycles["chain"], cycles["store"]), cycles["chain"] + cycles["store"]
+        r.add("store_overlap", f"{nbytes}B_waited", (cycles["both"] - longer) / (total - longer), "",
+              detail="(both - the longer part) / (sum - the longer part): 0 = the stores drain beside "
+                     "the chain, 1 = the warp waits for them")
+        del y
 
 
 def bench_l2(r: Runner, K):
@@ -1894,6 +1967,7 @@ def cmd_run(args) -> int:
     steps = [("device", lambda: bench_device(r)), ("hbm", lambda: bench_hbm(r, K)),
              ("tile_write", lambda: bench_tile_write(r, K)),
              ("tma_setup", lambda: bench_tma_setup(r, K)),
+             ("store_overlap", lambda: bench_store_overlap(r, K)),
              ("l2", lambda: bench_l2(r, K)),
              ("l2_store", lambda: bench_l2_store(r, K)),
              ("l2_duration", lambda: bench_l2_duration(r, K)),
@@ -2418,7 +2492,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("run", help="measure on the GPU machine")
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
-    p.add_argument("--only", default="", help="comma-separated steps: device,hbm,tile_write,tma_setup,l2,wgmma,cuda,softmax_mix,"
+    p.add_argument("--only", default="", help="comma-separated steps: device,hbm,tile_write,tma_setup,store_overlap,l2,wgmma,cuda,softmax_mix,"
                                               "l2_store,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,dot_chain_phase,"
                                               "exp2_triton,latency,loaded_latency,"
                                               "launch,cta_cycle,cta_stamps")

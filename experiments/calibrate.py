@@ -1026,6 +1026,10 @@ def bench_tma_setup(r: Runner, K):
 # stores of 4-64 KB a CTA an iteration (64 KB is 2060 cycles at the SM's 31.8 B/clk)
 STORE_OVERLAP_WORK = 256
 STORE_OVERLAP_BYTES = (4096, 8192, 16384, 32768, 65536)
+STORE_OVERLAP_WARPS = 4
+# stores of at least this many bytes an iteration run at the warps' rate; smaller
+# ones wait out their latency (4 KB: 183 cycles, 22 B/clk)
+STORE_OVERLAP_DRAINED = 16384
 
 
 def bench_store_overlap(r: Runner, K):
@@ -1048,7 +1052,7 @@ def bench_store_overlap(r: Runner, K):
                                    ("both", STORE_OVERLAP_WORK, True)):
             def fn():
                 return K["store_overlap"][(grid,)](y, clk, iters, WORK=work, STORE=floats, STORES=stores,
-                                                   num_warps=4)
+                                                   num_warps=STORE_OVERLAP_WARPS)
 
             fn()
             torch.cuda.synchronize()
@@ -2310,6 +2314,16 @@ def mapping(rows):
     if v is not None and v >= 0:
         out[("copy", "tma_extra_latency_cycles")] = (round(v, 0), cite(
             f"the same DRAM chase through cp.async.bulk + mbarrier minus the plain chase = {v:.0f} cycles",
+            row))
+    alone = [(float(r["value"]), r) for r in rows if r["bench"] == "store_overlap"
+             and r["param"].endswith("B_store") and int(r["param"].split("B_")[0]) >= STORE_OVERLAP_DRAINED]
+    if alone:
+        per_warp = sorted((int(r["param"].split("B_")[0]) / v / STORE_OVERLAP_WARPS, r) for v, r in alone if v > 0)
+        v, row = per_warp[(len(per_warp) - 1) // 2]
+        out[("l2", "sm_store_bytes_per_clk_per_warp")] = (round(v, 2), cite(
+            f"one {STORE_OVERLAP_WARPS}-warp CTA an SM storing 16-64 KB from registers an iteration "
+            f"(store_overlap): " + ", ".join(f"{b:.2f}" for b, _ in per_warp) + f" B/clk a warp, median "
+            f"{v:.2f}, where 8-32 warps of one CTA reach the SM's write path (l2_store, 31.3-31.9 B/clk)",
             row))
     v, row = _val(rows, "tma_setup", "descriptors_x1")
     if v is not None and v >= 0:

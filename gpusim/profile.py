@@ -38,7 +38,7 @@ SCHEMA: dict[str, dict[str, tuple[type, object, object]]] = {
               "flash_step_latency_cycles": (float, 0.0, 1e5)},
     "l2": {"capacity_bytes": (int, 0, 1 << 34), "bandwidth_gbps": (float, 1, 1e6),
            "hit_latency_cycles": (float, 0, 1e5), "sm_port_bytes_per_clk": (float, 1, 4096),
-           "sm_store_bytes_per_clk": (float, 1, 4096)},
+           "sm_store_bytes_per_clk": (float, 1, 4096), "sm_store_bytes_per_clk_per_warp": (float, 0.01, 4096)},
     "hbm": {"peak_bandwidth_gbps": (float, 1, 1e6), "sustained_bandwidth_gbps": (float, 1, 1e6),
             "latency_cycles": (float, 0, 1e5)},
     "copy": {"plain_load_latency_cycles": (float, 0, 1e5), "tma_extra_latency_cycles": (float, 0, 1e5),

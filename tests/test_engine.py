@@ -339,6 +339,34 @@ def test_stores_leave_the_sm_at_its_write_rate():
     assert simulate(schedule, slow).runtime_s - fixed == pytest.approx(2 * write_s, rel=0.02)
 
 
+def _store_launch(warps: int, ctas: int, nbytes: int):
+    from algorithms.ops import Store, Tile
+    from algorithms.schedule import CtaProgram, Launch, Role, Schedule
+
+    def program(cta):
+        return CtaProgram((Role("threads", warps, tuple(Store(Tile("Y", cta, 0, j), 16384)
+                                                        for j in range(nbytes // 16384))),))
+    launch = Launch("stores", ctas, 32 * warps, 0, 32, program, classes=lambda: [(0, ctas)],
+                    cost_key=lambda cta: 0)
+    return Schedule("stores", AttentionProblem(batch=1, heads=1, seqlen_q=128, head_dim=64), None, (launch,), {})
+
+
+def test_a_warpgroup_alone_stores_at_its_warps_rate():
+    """One 4-warp CTA storing 1 MB alone leaves the SM at 4 x
+    l2.sm_store_bytes_per_clk_per_warp (calibrate.py store_overlap: 15.9-16.1
+    B/clk), half the SM's write path; two such CTAs on one SM together fill
+    the write path, and so take no longer than one."""
+    one_sm = profile_with(**{"gpu.sm_count": 1})
+    nbytes = 1 << 20
+    fixed = H100.launch.kernel_launch_us * 1e-6 + H100.launch.cta_turnover_cycles / H100.clock_hz
+    per_warp = H100.l2.sm_store_bytes_per_clk_per_warp
+    assert 4 * per_warp < H100.l2.sm_store_bytes_per_clk <= 8 * per_warp * 1.01
+    alone = simulate(_store_launch(4, 1, nbytes), one_sm).runtime_s - fixed
+    assert alone == pytest.approx(nbytes / (4 * per_warp * H100.clock_hz), rel=0.02)
+    pair = simulate(_store_launch(4, 2, nbytes), one_sm).runtime_s - fixed
+    assert pair == pytest.approx(2 * nbytes / (H100.l2.sm_store_bytes_per_clk * H100.clock_hz), rel=0.03)
+
+
 def test_multi_role_ctas_skip_together_when_neighbours_come_and_go():
     """8-warp fa2 (two warpgroup roles) with several CTAs per SM arriving and
     leaving: its roles must skip the same iterations, or their barriers leave

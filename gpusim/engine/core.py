@@ -188,12 +188,16 @@ class _SM:
 
 
 class _Role:
-    __slots__ = ("name", "index", "factor", "pending", "c", "keys")
+    __slots__ = ("name", "index", "warps", "factor", "pending", "c", "keys", "stores")
 
     def __init__(self, name: str, index: int, warps: int, keys: dict):
         self.name = name
         self.index = index                # its place among the CTA's roles
+        self.warps = warps
         self.factor = min(1.0, warps / SUBPARTITIONS)
+        # its warps issue stores at a rate of their own (l2.sm_store_bytes_per_clk_per_warp),
+        # in order, beside the SM's write path that every role's stores share
+        self.stores = Server("role_stores")
         self.pending: list[float] = []
         self.c = [0.0] * N_COUNTERS       # real + extrapolated work
         # (loop name, trips) -> [key(i) for every i] of this role's top-level
@@ -241,6 +245,7 @@ class Engine:
         self.clock = clock
         self.launch_gap = gpu.launch.kernel_launch_us * 1e-6
         self.cta_turnover = gpu.launch.cta_turnover_cycles / clock
+        self.store_s_per_warp_byte = 1.0 / (gpu.l2.sm_store_bytes_per_clk_per_warp * clock)
         self._mma_rates: dict[tuple, float] = {}
         self._wgmma_smem: dict[tuple, float] = {}
         self._mma_cost_cache: dict[tuple, tuple[float, float]] = {}
@@ -416,8 +421,16 @@ class Engine:
         return event
 
     def _store(self, op: Store, role, cta):
+        """A store leaves the SM once its warps have issued it, at their own
+        rate (one 4-warp CTA alone: 15.9-16.1 B/clk, calibrate.py
+        store_overlap), and the SM's write path, shared by all its CTAs, has
+        passed it (31.8 B/clk, l2_store, which 8 warps reach): stores are
+        posted, the role goes on (store_overlap: a chain of FMAs beside them
+        takes the longer of the two)."""
+        now = self.env.now
         cta.stores += 1
-        self.mem.store(self.env.now, cta.sm.port, op.tile, op.nbytes, cta.stored)
+        issued = role.stores.serve(now, op.nbytes * self.store_s_per_warp_byte / role.warps)
+        self.mem.store(now, cta.sm.port, op.tile, op.nbytes, cta.stored, issued)
         role.c[SCRATCH if op.tile.tensor in self.mem.scratch else STORE] += op.nbytes
         self._count_transfer(role, op.nbytes, self.mem.store_s_per_byte)
         return None

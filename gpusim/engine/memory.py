@@ -153,10 +153,13 @@ class MemorySystem:
             self._spread_until = None
         return missed
 
-    def store(self, now: float, port: Server, tile, nbytes: int, then) -> None:
+    def store(self, now: float, port: Server, tile, nbytes: int, then, issued: float = 0.0) -> None:
         """A tile written back to global memory through L2; then(t) learns
-        when the SM is done with it."""
+        when the SM is done with it: no earlier than its warps can have
+        issued it (`issued`), nor than the SM's write path has passed it."""
         t_port = port.serve(now, nbytes * self.store_s_per_byte)
+        if issued > t_port:
+            t_port = issued
         self._write_tile(now, tile, nbytes)
         self.l2.request(now, nbytes * self.l2_s_per_byte,
                         lambda t: then(t if t > t_port else t_port), port)

@@ -177,8 +177,10 @@ def pipelined_loop(
     for i in range(min(lookahead, trips)):
         prologue.extend(issue(i))
     def memory(i: int) -> Sequence[Op]:
+        # in program order: the iteration's own accesses (stores, spills),
+        # then the copies it issues for a later one
         ahead = loads_of(i + lookahead) if i + lookahead < trips else ()
-        return [*ahead, *compute_memory(i)] if compute_memory else ahead
+        return [*compute_memory(i), *ahead] if compute_memory else ahead
 
     return [*prologue, Loop(name, trips, body, key if key_of else None, memory=memory)]
 

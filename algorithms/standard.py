@@ -129,14 +129,18 @@ def _qk_rows_launch(p: AttentionProblem, cfg: TileConfig) -> Launch:
         def loads_of(j: int):
             return [Load(Tile("K", b, kvh(h), j), cols(j) * d * e)]
 
+        def store_of(j: int):
+            return [Store(Tile("S", b, h, m, j), rows * cols(j) * e)]
+
         def compute_of(j: int):
             return [Mma(bm, bn, d, p.dtype, cfg.mma, is_async=True), MmaWait(0),
                     Alu(bm * bn),                   # scale, convert to the output dtype
                     SmemIO(2 * bm * bn * e),        # the tile into SMEM and out in the store's layout
-                    Store(Tile("S", b, h, m, j), rows * cols(j) * e)]
+                    *store_of(j)]
 
+        # the stores in an iteration's memory too: skipped iterations pass them through L2
         items = [plain_load(Tile("Q", b, h, m), rows * d * e),
-                 *pipelined_loop("n", tn, loads_of, compute_of, cfg.num_stages, cols)]
+                 *pipelined_loop("n", tn, loads_of, compute_of, cfg.num_stages, cols, compute_memory=store_of)]
         return CtaProgram((Role("warps", cfg.num_warps, tuple(items)),))
 
     built = compiled_kernel("standard_qk", p, cfg.num_warps, cfg)

@@ -238,7 +238,7 @@ def forward_fp8(q, k, v, *, causal=False, config: TileConfig | None = None, sm_s
 
 def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90,)) -> dict:
     """Cross-compile _fa3_fwd (_fa3_fp8_fwd for fp8) for sm_90 without a GPU: {"smem_bytes", "n_regs",
-    "warp_specialized", "ttgir", and the instructions a warp issues per trip of
+    "warp_specialized", "ttgir", "tma_descriptors", and the instructions a warp issues per trip of
     the unmasked and the masked loop besides its wgmma (kernels/sass.py)}."""
     from .common import interpreting
     from . import sass
@@ -280,4 +280,6 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
     listing = sass.cuobjdump(compiled, "-sass")
     return {"smem_bytes": int(compiled.metadata.shared), "n_regs": sass.registers(compiled),
             "warp_specialized": "ttg.warp_specialize" in ttgir, "ttgir": ttgir,
+            # the device-side descriptors a CTA builds and fences before its first copy
+            "tma_descriptors": (listing or "").count("UTMACCTL.IV"),
             **sass.loop_issue_slots(listing), **sass.outside_stalls(listing)}

@@ -272,19 +272,25 @@ def test_shared_server_background_takes_its_demand_and_queues_its_excess():
     assert server.idle(3.0) and server.served_by(3.0) == pytest.approx(3.0)
 
 
-def test_ghost_batches_wait_for_the_memory_they_loaded():
-    """Standard's QK GEMM at HBM's rate: 16k short CTAs, nine in ten ghosted.
-    The launch ends when HBM has served its ghosts' fluid, not when their
-    class's duration says (fast path 46% fast against the full simulation
-    before)."""
+@pytest.mark.parametrize("launches", [slice(1, 2), slice(0, 2)], ids=["softmax", "qk_then_softmax"])
+def test_ghost_batches_follow_the_full_simulation(launches):
+    """standard's row softmax at HBM's rate: 32k short CTAs, most of them
+    ghosted. The launch ends when HBM has served its ghosts' fluid, not when
+    their class's duration says; that duration is the one the class had when
+    it turned steady (real CTAs finishing beside its first ghosts, slowed by
+    their load, once stretched it 14-fold: 3.4x the full simulation at B16
+    H32 N1024); and after QKᵀ the class turns steady only once QKᵀ's dirty
+    tiles have reached HBM (+33% before). Today +3.1% alone and +0.5% after
+    QKᵀ here."""
     import dataclasses
 
-    problem = AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=64, causal=True)
+    problem = AttentionProblem(batch=2, heads=8, seqlen_q=2048, head_dim=64)
     schedule = algorithms.build("standard", problem)
-    qk = dataclasses.replace(schedule, launches=schedule.launches[:1])
-    fast, full = simulate(qk, H100, fast=True), simulate(qk, H100, fast=False)
-    assert fast.launches[0].ctas_ghosted > fast.launches[0].ctas_simulated
-    assert abs(fast.runtime_s / full.runtime_s - 1) <= 0.02
+    part = dataclasses.replace(schedule, launches=schedule.launches[launches])
+    fast, full = simulate(part, H100, fast=True), simulate(part, H100, fast=False)
+    softmax_fast, softmax_full = fast.launches[-1], full.launches[-1]
+    assert softmax_fast.name == "softmax" and softmax_fast.ctas_ghosted > softmax_fast.ctas_simulated
+    assert abs(softmax_fast.runtime_s / softmax_full.runtime_s - 1) <= 0.05
     assert fast.requested_bytes == full.requested_bytes
 
 

@@ -80,6 +80,11 @@ class MemorySystem:
         self._spread_until: float | None = None
         self.launch = 0          # lines remember the launch that brought them
         self.stale_dirty = 0     # dirty bytes stored by earlier launches, still in L2
+        # ... and the write-backs of those that have left: requests still in
+        # flight, and the end of the windows fast-forwarded ones are spread over
+        self.stale_in_flight = 0
+        self.stale_spread_until = 0.0
+        self.env = env
         self.footprint = 0       # bytes of every tensor the schedule touches
         # Tensors of scratch (thread stacks holding register spills): every
         # iteration, and the next CTA on the same slot, overwrite them in
@@ -192,10 +197,11 @@ class MemorySystem:
         while used > capacity:
             _, (size, _, dirty, launch) = lines.popitem(last=False)
             used -= size
-            if dirty and launch != self.launch:
-                self.stale_dirty -= _dirty_bytes(size, dirty)
             if dirty:
-                self._write_back(now, _dirty_bytes(size, dirty))
+                stale = launch != self.launch
+                if stale:
+                    self.stale_dirty -= _dirty_bytes(size, dirty)
+                self._write_back(now, _dirty_bytes(size, dirty), stale)
         self.used = used
 
     def begin_launch(self) -> None:
@@ -208,9 +214,16 @@ class MemorySystem:
         while it is still filling (stores are absorbed, nothing is written
         back yet: standard's QK GEMM runs twice as fast for its first four
         waves) nor while dirty tiles of the previous launch are being
-        written back (its softmax, 1.4x slower for 17 waves). Durations
-        timed before then do not stand for later CTAs."""
+        written back (its softmax, 1.4x slower for 17 waves), nor until those
+        write-backs have reached HBM: a fast-forwarded launch leaves its dirty
+        bytes in a few large anonymous entries, and one evicted is one long
+        request on HBM (standard's row softmax after a ghosted QKᵀ turned
+        steady while those drained, at 3.6 us a CTA against the full
+        simulation's 2.15: +33% on B16 H32 N1024 D64). Durations timed before
+        then do not stand for later CTAs."""
         if self.stale_dirty > STALE_DIRTY_TOLERANCE * self.capacity:
+            return False
+        if self.stale_in_flight or self.env.now < self.stale_spread_until:
             return False
         return self.used >= FULL * self.capacity or self.footprint <= FULL * self.capacity
 
@@ -248,12 +261,23 @@ class MemorySystem:
             if line is not None and written_bytes >= 1:
                 line[2] = int(written_bytes)  # dirty bytes, written back on eviction
 
-    def _write_back(self, now: float, nbytes: int) -> None:
+    def _write_back(self, now: float, nbytes: int, stale: bool = False) -> None:
+        """nbytes of dirty lines to HBM; `stale`: stored by an earlier launch
+        (settled() waits for them)."""
         self.hbm_write += nbytes
         if self._spread_until is None:
-            self.hbm.request(now, nbytes * self.hbm_s_per_byte)
+            callback = None
+            if stale:
+                self.stale_in_flight += 1
+                callback = self._stale_written
+            self.hbm.request(now, nbytes * self.hbm_s_per_byte, callback)
         else:
             self.hbm.add_background(now, self._spread_until, nbytes * self.hbm_s_per_byte)
+            if stale and self._spread_until > self.stale_spread_until:
+                self.stale_spread_until = self._spread_until
+
+    def _stale_written(self, _t: float) -> None:
+        self.stale_in_flight -= 1
 
     def flush(self) -> None:
         """End of the run: dirty lines reach HBM (counted, not timed)."""

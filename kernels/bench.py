@@ -11,7 +11,8 @@ so that L2 never holds the next call's inputs. All kernels run in the same
 process and run. Kernel names: standard, fa1, fa2, fa3, fa3_gluon, fa3_fp8, sdpa_flash,
 sdpa_cudnn, sdpa_efficient; a config can be pinned with
 name@block_mxblock_nxnum_warpsxnum_stages (e.g. fa2@128x64x8x3; fa3_gluon@128x128x12x2+pp
-with pingpong).
+with pingpong), and fa3_gluon's launch chosen with +persistent / +grid (one CTA per SM
+looping over tiles, or one per tile) and +lpt / +headorder (causal tile order).
 Writes a CSV with provenance (atomically) and a PNG of TFLOP/s vs N.
 No simulator import: runs on a machine with only torch and triton.
 """
@@ -39,15 +40,33 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
+# fa3_gluon launch options a spec can name after '+' (forward's keyword arguments)
+LAUNCH_FLAGS = {"persistent": ("persistent", True), "grid": ("persistent", False),
+                "lpt": ("lpt", True), "headorder": ("lpt", False)}
+
+
 def parse_kernel(spec):
+    """'name[@BMxBNxWxS][+flag...]' -> (spec, name, TileConfig or None, launch
+    keyword arguments). '+pp' turns pingpong on (fa3 kernels); fa3_gluon also
+    takes the LAUNCH_FLAGS (e.g. fa3_gluon+lpt+persistent)."""
     from algorithms.problem import TileConfig
 
-    name, _, cfg = spec.partition("@")
+    head, *flags = spec.split("+")
+    name, _, cfg = head.partition("@")
     if name not in ALL_KERNELS:
         raise SystemExit(f"unknown kernel {name!r}; choose from {', '.join(ALL_KERNELS)}")
+    allowed = (["pp", *LAUNCH_FLAGS] if name == "fa3_gluon" else ["pp"] if name.startswith("fa3")
+               else [])
+    bad = [f for f in flags if f not in allowed]
+    if bad:
+        raise SystemExit(f"bad suffix '+{bad[0]}' in {spec!r}; {name} takes "
+                         + (", ".join("+" + f for f in allowed) if allowed else "none"))
+    pingpong = "pp" in flags
+    launch = dict(LAUNCH_FLAGS[f] for f in flags if f != "pp")
     if not cfg:
-        return spec, name, None
-    cfg, pingpong = (cfg[:-3], True) if cfg.endswith("+pp") else (cfg, False)
+        if pingpong:
+            launch["pingpong"] = True
+        return spec, name, None, launch
     try:
         bm, bn, w, s = (int(x) for x in cfg.split("x"))
     except ValueError:
@@ -57,11 +76,12 @@ def parse_kernel(spec):
     # '+pp' (the Gluon kernel's default_config has it off: kernels/NOTES.md)
     extra = ({"mma": "wgmma", "consumer_warpgroups": max(1, w // 4 - 1), "pingpong": pingpong}
              if name.startswith("fa3") else {})
-    return spec, name, TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s, **extra)
+    return spec, name, TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s, **extra), launch
 
 
-def make_fn(name, cfg, inputs, causal):
-    """A zero-argument callable running one forward on the next input set."""
+def make_fn(name, cfg, inputs, causal, launch=None):
+    """A zero-argument callable running one forward on the next input set
+    (launch: extra keyword arguments of the kernel's forward)."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -109,7 +129,7 @@ def make_fn(name, cfg, inputs, causal):
 
     def fn():
         q, k, v = rotate()
-        return mod.forward(q, k, v, causal=causal, config=cfg)
+        return mod.forward(q, k, v, causal=causal, config=cfg, **(launch or {}))
     return fn
 
 
@@ -162,21 +182,21 @@ def main(argv=None):
             for causal in causals:
                 flops = 4.0 * b * h * n * n * d * (0.5 if causal else 1.0)
                 shape_rows, fns, times = [], {}, {}
-                for spec, name, cfg in kernels:
+                for spec, name, cfg, _ in kernels:
                     shape_rows.append({"kernel": spec, "config": "" if cfg is None else
                                        f"{cfg.block_m}x{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}",
                                        "batch": b, "heads": h, "seqlen": n, "head_dim": d,
                                        "causal": int(causal), "dtype": "bf16", "ms": "", "tflops": "",
                                        "ms_rounds": "", "status": "ok", **prov})
                 for _ in range(a.rounds):
-                    for row, (spec, name, cfg) in zip(shape_rows, kernels):
+                    for row, (spec, name, cfg, launch) in zip(shape_rows, kernels):
                         if row["status"] != "ok":
                             continue
                         try:
                             if name == "standard" and 2 * b * h * n * n * 2 > 40e9:
                                 raise RuntimeError("S and P would take more than 40 GB")
                             if spec not in fns:
-                                fns[spec] = make_fn(name, cfg, inputs, causal)
+                                fns[spec] = make_fn(name, cfg, inputs, causal, launch)
                                 fns[spec]()
                                 torch.cuda.synchronize()
                             times.setdefault(spec, []).append(
@@ -184,7 +204,7 @@ def main(argv=None):
                         except Exception as e:  # record and go on: one failure must not end the sweep
                             row["status"] = f"{type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
                             torch.cuda.empty_cache()
-                for row, (spec, _, _) in zip(shape_rows, kernels):
+                for row, (spec, *_) in zip(shape_rows, kernels):
                     if row["status"] == "ok":
                         ms = statistics.median(times[spec])
                         row["ms"] = f"{ms:.5f}"

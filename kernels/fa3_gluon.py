@@ -77,15 +77,32 @@ if HAVE_GLUON:
     _PRODUCER_REGS = gl.constexpr(PRODUCER_REGS)
 
     @gluon.jit
-    def _fa3g_tile(t, n_m, n_q, n_kv, causal_off, H: gl.constexpr, GROUP: gl.constexpr,
-                   ROWS: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    def _fa3g_tile(t, n_m, n_tiles, n_q, n_kv, causal_off, H: gl.constexpr, GROUP: gl.constexpr,
+                   ROWS: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+                   LPT: gl.constexpr):
         """Tile t -> (b*H + h, K/V head row base, first query row, K/V blocks to visit).
-        Q tiles of one head are adjacent in t, so CTAs running together share
-        that head's K/V through L2 (as fa2's grid with the Q block fastest)."""
-        bh = t // n_m
-        m = t % n_m
-        if CAUSAL:
-            m = n_m - 1 - m  # the heaviest tiles (most K/V blocks) first
+        Head-major order (LPT off): Q tiles of one head are adjacent in t, so
+        CTAs running together share that head's K/V through L2 (as fa2's grid
+        with the Q block fastest); causal takes each head's heaviest tile first.
+        LPT (causal): the whole grid heaviest first (all heads' last Q tile, then
+        the one before, ...), and a persistent CTA walks its rounds as a snake
+        (pid in even rounds, grid - 1 - pid in odd ones), so each CTA's
+        heavy-tile rounds pair with light ones: longest-processing-time-first,
+        a static schedule that balances without an atomic tile counter."""
+        if LPT:
+            grid = gl.num_programs(0)
+            r = t // grid
+            if (r % 2) == 1:
+                if (r + 1) * grid <= n_tiles:  # a full round: walk it backwards
+                    t = r * grid + grid - 1 - t % grid
+            n_bh = n_tiles // n_m
+            m = n_m - 1 - t // n_bh
+            bh = t % n_bh
+        else:
+            bh = t // n_m
+            m = t % n_m
+            if CAUSAL:
+                m = n_m - 1 - m  # the heaviest tiles (most K/V blocks) first
         b = bh // H
         h = bh % H
         kvh = b * (H // GROUP) + h // GROUP
@@ -102,12 +119,13 @@ if HAVE_GLUON:
     def _fa3g_producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                        k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m, n_tiles,
                        H: gl.constexpr, GROUP: gl.constexpr, ROWS: gl.constexpr,
-                       BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+                       BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                       LPT: gl.constexpr):
         it = 0  # K/V blocks issued so far: the ring position runs on across tiles
         tc = 0  # tiles done by this CTA
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-            bh, kv_row0, row0, n_iter = _fa3g_tile(t, n_m, n_q, n_kv, causal_off, H, GROUP, ROWS,
-                                                   BLOCK_N, CAUSAL)
+            bh, kv_row0, row0, n_iter = _fa3g_tile(t, n_m, n_tiles, n_q, n_kv, causal_off, H, GROUP,
+                                                   ROWS, BLOCK_N, CAUSAL, LPT)
             # Q: one tile per consumer, each with its own barriers; a consumer
             # frees its Q buffer once the last S GEMM of its previous tile retired.
             # Empty barriers start "phase 1 complete": the first lap passes at once.
@@ -144,7 +162,8 @@ if HAVE_GLUON:
                        v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m, n_tiles,
                        C: gl.constexpr, H: gl.constexpr, GROUP: gl.constexpr,
                        HEAD_DIM: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
-                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                       LPT: gl.constexpr):
         # wgmma accumulator layouts of one warpgroup (4 warps along M): S is
         # ROWS x BLOCK_N, O is ROWS x HEAD_DIM; P feeds the second wgmma from
         # registers (A operand), so it takes the dot-operand layout of O's MMA.
@@ -165,8 +184,8 @@ if HAVE_GLUON:
         it = 0  # ring position (K/V blocks consumed so far), as the producer's
         tc = 0
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-            bh, kv_row0, row0, n_iter = _fa3g_tile(t, n_m, n_q, n_kv, causal_off, H, GROUP, ROWS,
-                                                   BLOCK_N, CAUSAL)
+            bh, kv_row0, row0, n_iter = _fa3g_tile(t, n_m, n_tiles, n_q, n_kv, causal_off, H, GROUP,
+                                                   ROWS, BLOCK_N, CAUSAL, LPT)
             row_first = row0 + C * ROWS  # this consumer's first query row within the head
             offs_m = row_first + gl.arange(0, ROWS, layout=row_s)
             offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -258,7 +277,7 @@ if HAVE_GLUON:
     def _fa3g_fwd(q_desc, k_desc, v_desc, O, LSE, qk_scale, n_q, n_kv, causal_off, n_tiles,
                   H: gl.constexpr, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                   ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+                  CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, LPT: gl.constexpr):
         # 1-D grid over tiles t = (b*H + h) * n_m + m; a CTA takes tiles
         # pid, pid + grid, ... (persistent when the grid is smaller than n_tiles)
         n_m = gl.cdiv(n_q, 2 * ROWS)
@@ -287,14 +306,14 @@ if HAVE_GLUON:
             (_fa3g_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                               v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m,
                               n_tiles, 0, H, GROUP, HEAD_DIM, ROWS, BLOCK_N, STAGES, CAUSAL,
-                              PINGPONG)),
+                              PINGPONG, LPT)),
             (_fa3g_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                               v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m,
                               n_tiles, 1, H, GROUP, HEAD_DIM, ROWS, BLOCK_N, STAGES, CAUSAL,
-                              PINGPONG)),
+                              PINGPONG, LPT)),
             (_fa3g_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                               k_ready, k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m,
-                              n_tiles, H, GROUP, ROWS, BLOCK_N, STAGES, CAUSAL)),
+                              n_tiles, H, GROUP, ROWS, BLOCK_N, STAGES, CAUSAL, LPT)),
         ], [4, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
 
 
@@ -310,6 +329,12 @@ def default_config(problem: AttentionProblem) -> TileConfig:
 
 def cfg_persistent(problem: AttentionProblem) -> bool:
     return not problem.causal
+
+
+def cfg_lpt(problem: AttentionProblem) -> bool:
+    """The causal grid's tile order: heaviest first over the whole grid (True)
+    or per head (False)."""
+    return False
 
 
 _SMS = {}
@@ -351,7 +376,7 @@ def _layout(block, torch_dtype):
 
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
-            return_lse=False, pingpong=None, persistent=None):
+            return_lse=False, pingpong=None, persistent=None, lpt=None):
     """FA3 forward with explicit producer / 2-consumer warp specialisation.
     Same contract as kernels.fa3.forward (q [B,H,Nq,D], k/v [B,KVH,Nkv,D];
     returns O, or (O, LSE) with return_lse). config: block_m must be 128 and
@@ -361,7 +386,8 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     persistent: one CTA per SM looping over the tiles (default: non-causal
     only; causal tiles differ in length, and the hardware's own dynamic
     scheduling of a one-tile-per-CTA grid balances them better than a static
-    round-robin would)."""
+    round-robin would). lpt: causal tiles heaviest first over the whole grid,
+    walked as a snake when persistent (default: cfg_lpt; _fa3g_tile says how)."""
     problem = problem_of(q, k, v, causal)
     _require_hopper(q.device)
     cfg = config if config is not None else default_config(problem)
@@ -381,11 +407,12 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     v_desc = TensorDescriptor.from_tensor(v2, kv_block, _layout(kv_block, q.dtype))
     n_tiles = cdiv(nq, BLOCK_M) * b * h
     persistent = cfg_persistent(problem) if persistent is None else bool(persistent)
+    lpt = cfg_lpt(problem) if lpt is None else bool(lpt)
     grid = (min(n_tiles, _sm_count(q.device)) if persistent else n_tiles, )
     launch(_fa3g_fwd[grid], q_desc, k_desc, v_desc, o, lse, scale * LOG2E, nq, nkv,
            problem.causal_offset, n_tiles, H=h, GROUP=h // kvh, HEAD_DIM=d, ROWS=ROWS_PER_CONSUMER,
            BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=problem.causal, PINGPONG=pp,
-           num_warps=4, maxnreg=MAXNREG)
+           LPT=lpt, num_warps=4, maxnreg=MAXNREG)
     return (o, lse) if return_lse else o
 
 
@@ -411,10 +438,12 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
            "v_desc": desc([cfg.block_n, d]), "O": pdt, "LSE": "*fp32", "qk_scale": "fp32",
            "n_q": "i32", "n_kv": "i32", "causal_off": "i32", "n_tiles": "i32",
            "H": "constexpr", "GROUP": "constexpr", "HEAD_DIM": "constexpr", "ROWS": "constexpr",
-           "BLOCK_N": "constexpr", "STAGES": "constexpr", "CAUSAL": "constexpr", "PINGPONG": "constexpr"}
+           "BLOCK_N": "constexpr", "STAGES": "constexpr", "CAUSAL": "constexpr", "PINGPONG": "constexpr",
+           "LPT": "constexpr"}
     consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": d,
               "ROWS": ROWS_PER_CONSUMER, "BLOCK_N": cfg.block_n, "STAGES": cfg.num_stages,
-              "CAUSAL": problem.causal, "PINGPONG": bool(pingpong)}
+              "CAUSAL": problem.causal, "PINGPONG": bool(pingpong),
+              "LPT": cfg_lpt(problem)}
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("O", "LSE")}
     src = GluonASTSource(fn=_fa3g_fwd, signature=sig, constexprs=consts, attrs=attrs)

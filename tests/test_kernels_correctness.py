@@ -234,16 +234,21 @@ def test_fa3_gluon_matches_fp64(case, config):
 
 @pytest.mark.skipif(not _gluon_hopper(), reason="fa3_gluon needs a Hopper GPU (sm_90) and Gluon")
 @pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("lpt", [False, True], ids=["head_order", "lpt_order"])
 @pytest.mark.parametrize("case", [(4, 16, 4, 1000, 1000, 128, True, torch.bfloat16),
+                                  (3, 16, 2, 2000, 2000, 64, True, torch.float16),
                                   (2, 16, 2, 2000, 2000, 128, False, torch.bfloat16)], ids=str)
-def test_fa3_gluon_persistent_and_grid(case, persistent):
-    """Both launch modes on every problem: one tile per CTA (default when
-    causal) and one CTA per SM looping over tiles (default otherwise)."""
+def test_fa3_gluon_persistent_and_grid(case, persistent, lpt):
+    """Both launch modes and both tile orders on every problem: one tile per
+    CTA (default when causal) and one CTA per SM looping over tiles (default
+    otherwise); tiles per head or heaviest first over the grid (the snake's
+    odd rounds and a partial last round: 3 x 16 heads x 16 Q tiles = 768
+    tiles on 132 SMs). A tile visited twice or never leaves poisoned rows."""
     import functools
 
     from kernels import fa3_gluon
 
-    fwd = functools.partial(fa3_gluon.forward, persistent=persistent)
+    fwd = functools.partial(fa3_gluon.forward, persistent=persistent, lpt=lpt)
     lse_err, tag = check(fwd, case, None, _seed())
     assert lse_err <= 1e-3, f"LSE error {lse_err:.3e}: {tag}"
 

@@ -109,3 +109,21 @@ def test_standard_tiled_options_need_the_tiled_kernel(option):
     with pytest.raises(InvalidConfig, match="pass qk_rows=False") as info:
         standard.forward(q, k, v, **option)
     assert "\n" not in str(info.value)
+
+
+def test_bench_kernel_specs_parse_or_name_what_is_allowed():
+    """kernels.bench names: a config after '@', flags after '+'; a flag the
+    kernel does not take ends the run with one line listing those it takes."""
+    from kernels.bench import parse_kernel
+
+    spec, name, cfg, launch = parse_kernel("fa3_gluon+lpt+persistent")
+    assert (name, cfg, launch) == ("fa3_gluon", None, {"lpt": True, "persistent": True})
+    _, _, cfg, launch = parse_kernel("fa3_gluon@128x64x12x3+pp+grid")
+    assert (cfg.block_n, cfg.num_stages, cfg.pingpong, launch) == (64, 3, True, {"persistent": False})
+    _, _, cfg, launch = parse_kernel("fa2@128x64x8x3")
+    assert (cfg.block_m, cfg.num_warps, launch) == (128, 8, {})
+    for bad, words in [("fa2+lpt", "fa2 takes none"), ("fa3+lpt", "fa3 takes +pp"),
+                       ("fa3_gluon+fast", "+lpt"), ("fa2@128x64", "block_mxblock_n"), ("fa9", "unknown kernel")]:
+        with pytest.raises(SystemExit) as info:
+            parse_kernel(bad)
+        assert words in str(info.value) and "\n" not in str(info.value)

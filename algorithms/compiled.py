@@ -8,7 +8,8 @@ triton_smem_fa3.csv and triton_smem_standard_qk.csv; no GPU, no timing):
   registers and a thread stores and reloads hundreds of bytes (up to ~1.5 KB)
   of its accumulators to its stack in every loop iteration. That local memory
   traffic mostly misses L1 (ncu: experiments/spill_counters.py, 0.5-40% of
-  the reloads hit) and the model sends all of it to L2;
+  the reloads hit) and the model sends all of it to L2, the warp waiting
+  where the SASS has it wait (spill_wait_slacks);
 - the instructions a warp issues per trip of the unmasked and of the masked
   K/V loop besides its wgmma (kernels/sass.py): the softmax, the masks, the
   address arithmetic and the copies' bookkeeping, which the schedules charge
@@ -30,6 +31,7 @@ import os
 import warnings
 from dataclasses import dataclass
 
+from .errors import ResultsFileError
 from .problem import AttentionProblem, TileConfig
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -40,11 +42,14 @@ SIXTEEN_BIT = ("bf16", "fp16")
 @dataclass(frozen=True)
 class Spills:
     """Per thread: the stack frame, and what one iteration of the K/V loop
-    stores to it and loads from it."""
+    stores to it and loads from it; wait_slacks: where the warp waits for the
+    reloads, as the clocks it issues between a reload and the instruction that
+    needs it (kernels/sass.py spill_wait_slacks; empty: one wait, no slack)."""
 
     stack_bytes: int
     store_bytes: int
     load_bytes: int
+    wait_slacks: tuple[int, ...] = ()
 
     @property
     def bytes(self) -> int:
@@ -90,8 +95,13 @@ def _table(name: str) -> dict:
                                           "head_dim", "causal")), r.get("dtype") or "bf16")
             spills = None
             if r.get("spill_store_bytes_per_iter"):
+                try:
+                    slacks = tuple(int(x) for x in (r.get("spill_wait_slacks") or "").split())
+                except ValueError:
+                    raise ResultsFileError(f"{path}: spill_wait_slacks must be clock counts separated "
+                                           f"by spaces, got {r['spill_wait_slacks']!r}") from None
                 spills = Spills(int(r["stack_bytes"] or 0), int(r["spill_store_bytes_per_iter"]),
-                                int(r["spill_load_bytes_per_iter"]))
+                                int(r["spill_load_bytes_per_iter"]), slacks)
             stalls = tuple(_int_or_none(r, f"stall_{part}") for part in ("prologue", "between", "epilogue"))
             table[key] = Compiled(_int_or_none(r, "n_regs"), _int_or_none(r, "smem_bytes"), spills,
                                   _int_or_none(r, "issue_per_iter"),

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .compiled import NOTHING, Compiled, fa2_compiled
-from .ops import (CP_ASYNC, TMA, Alu, DescriptorSetup, Exp, IssueStalls, Load, Mma, MmaWait, StepLatency, Store,
+from .ops import (CP_ASYNC, LD, TMA, Alu, DescriptorSetup, Exp, IssueStalls, Load, Mma, MmaWait, StepLatency, Store,
                   Tile, Wait)
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule, TensorSpec,
@@ -241,7 +241,14 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
                     return []
                 ops = [Store(*part(stack, spills.store_bytes * cfg.threads, k))] if spills.store_bytes else []
                 if spills.load_bytes:
-                    ops.append(plain_load(*part(stack, spills.load_bytes * cfg.threads, k)))
+                    # the reload in as many parts as the SASS has waits for it, each
+                    # waited for less the clocks the warp issues before it needs it
+                    # (none recorded: one wait, no slack)
+                    slacks = spills.wait_slacks or (0, )
+                    tile, nbytes = part(stack, spills.load_bytes * cfg.threads, k)
+                    share = nbytes // len(slacks)
+                    ops += [Load(tile, share + (nbytes - share * len(slacks) if i == 0 else 0), LD, (), slack)
+                            for i, slack in enumerate(slacks)]
                 return ops
 
             def compute_of(j: int):

@@ -45,6 +45,10 @@ class Load(NamedTuple):
     nbytes: int
     engine: str = LD
     signal: tuple[str, ...] = ()
+    # LD only: SM clocks of other work the warp issues between the load and the
+    # first instruction that needs its bytes (a spill reload's, kernels/sass.py):
+    # the warp waits for the bytes that much less
+    slack: float = 0.0
 
 
 class Store(NamedTuple):

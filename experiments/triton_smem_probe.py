@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 H100_SMEM_PER_BLOCK = 232448  # bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin on H100
 SEQLEN = 4096  # a multiple of 16 and of every block: the launcher's common specialisation
 
-SPILL_COLUMNS = ["stack_bytes", "spill_store_bytes_per_iter", "spill_load_bytes_per_iter"]
+# spill_wait_slacks: where the hot loop waits for its reloads (kernels/sass.py spill_wait_slacks)
+SPILL_COLUMNS = ["stack_bytes", "spill_store_bytes_per_iter", "spill_load_bytes_per_iter", "spill_wait_slacks"]
 # non-tensor instructions a warp issues per trip of the unmasked and the masked K/V loop
 # (the schedules charge them), and once per CTA outside them (SASS; recorded, not charged:
 # charged at a CTA's start or end, 600-1100 instructions a warp took 4-8 points off the

@@ -130,7 +130,53 @@ def loop_spills(sass: str | None, res_usage: str | None) -> dict:
     stores = sum(nbytes(i) for i in hot if re.search(r"\bSTL\b|\bSTL\.", i))
     loads = sum(nbytes(i) for i in hot if re.search(r"\bLDL\b|\bLDL\.", i))
     return {"stack_bytes": int(stack.group(1)) if stack else None,
-            "spill_store_bytes_per_iter": stores, "spill_load_bytes_per_iter": loads}
+            "spill_store_bytes_per_iter": stores, "spill_load_bytes_per_iter": loads,
+            "spill_wait_slacks": spill_wait_slacks(sass, best)}
+
+
+_REGISTER = re.compile(r"(?<![\w.])R(\d+)\b")
+_LDL_REGISTERS = {"64": 2, "128": 4}   # LDL.64 / LDL.128 fill 2 / 4 consecutive registers
+
+
+def spill_wait_slacks(sass: str, tensor_count: int) -> str:
+    """Where a warp waits for its spilled registers in one trip of the hot loop
+    (the tensor loop with `tensor_count` tensor instructions), as the clocks
+    it issues between the reload (LDL) and the first instruction that reads
+    a reloaded register, space-separated in program order: each such reader
+    waits on the scoreboard for every LDL in flight, and a reload whose
+    reader follows at once waits out a whole round trip to the cache. The
+    clocks count each instruction's issue slot or its stall count
+    (stall_counts), whichever is more; reloads still in flight at the
+    loop's back edge are not followed into the next trip. ptxas reloads in several
+    places between the products (fa2 128x64, 4 warps, D = 128: 7 waits with
+    31-637 clocks of slack in the non-causal loop; 21 in the causal
+    kernel's first loop, 15 of them a chain of LDL-then-use 2 clocks
+    apart). Empty without control words."""
+    words = stall_counts(sass)
+    spans = _loop_spans([(a, i) for a, i, _ in words], lambda body: any(_is_tensor(i) for i in body))
+    hot = [(a, b) for a, b in spans if sum(_is_tensor(i) for _, i, _ in words[a:b + 1]) == tensor_count]
+    if not hot:
+        return ""
+    a, b = hot[0]
+    pending: dict[int, int] = {}   # register -> clock its LDL issued
+    clock, slacks = 0, []
+    for _, instruction, stall in words[a:b + 1]:
+        text = _PREDICATE.sub("", instruction).strip()
+        op = text.split()[0] if text else ""
+        registers = [int(r) for r in _REGISTER.findall(text)]
+        if op.startswith("LDL"):
+            if registers:
+                width = _LDL_REGISTERS.get(op.split(".")[-1], 1)
+                pending.update((r, clock) for r in range(registers[0], registers[0] + width))
+        else:
+            # an instruction's first register operand is the one it writes, unless it stores
+            sources = registers if op.startswith("ST") else registers[1:]
+            issued = [pending[r] for r in sources if r in pending]
+            if issued:
+                slacks.append(clock - max(issued))
+                pending.clear()
+        clock += max(stall, 1)
+    return " ".join(map(str, slacks))
 
 
 def _last_exit(code: list[str]) -> int:

@@ -82,3 +82,26 @@ def test_outside_stalls_split_at_the_tensor_loops():
     # epilogue: STG and EXIT (6+7)
     assert got == {"stall_prologue": 6, "stall_between": 0, "stall_epilogue": 13}
     assert sass.outside_stalls(SASS) == {}     # no control words: unknown, not 0
+
+
+def test_spill_wait_slacks_follow_the_scoreboard():
+    """A reload waits where an instruction first reads a register an LDL in
+    flight fills (LDL.64: two registers), measured in the clocks issued since
+    that LDL (an instruction's issue slot or its stall count, the larger); a
+    store reading one waits too; a write to the register does not. Only the
+    hot loop (the given tensor count) is read."""
+    listing = _with_control([
+        ("LDL R40, [R1+0x10]", 1),                       # 0x00: before the loop, not followed
+        ("HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], RZ", 1),  # 0x10: loop top
+        ("LDL.64 R30, [R1+0x20]", 1),                    # clock 1: R30, R31
+        ("FFMA R2, R3, R4, R5", 6),                      # clock 2: independent
+        ("FADD R31, R6, R7", 1),                         # clock 8: writes R31, no wait
+        ("FMUL R8, R31, R9", 1),                         # clock 9: reads R31 -> slack 8
+        ("LDL R12, [R1+0x30]", 1),                       # clock 10
+        ("STL [R1+0x40], R12", 1),                       # clock 11: a store reading R12 -> slack 1
+        ("@P1 BRA 0x10", 1),
+        ("EXIT", 1),
+    ])
+    assert sass.spill_wait_slacks(listing, tensor_count=1) == "8 1"
+    assert sass.spill_wait_slacks(listing, tensor_count=2) == ""     # no such loop
+    assert sass.spill_wait_slacks(SASS, tensor_count=1) == ""        # no control words

@@ -383,9 +383,10 @@ class Engine:
         event = None
         if engine == LD:
             event = simpy.Event(env)
+            early = op.slack / self.clock   # the warp's own work meanwhile
 
             def arrived(t):
-                env.trigger_at(event, t)
+                env.trigger_at(event, t - early)
         elif op.signal:
             if len(op.signal) == 1:     # (the usual case: no list of barriers to build)
                 signal = cta.barriers[op.signal[0]].arrive_one

@@ -345,6 +345,33 @@ def test_stores_leave_the_sm_at_its_write_rate():
     assert simulate(schedule, slow).runtime_s - fixed == pytest.approx(2 * write_s, rel=0.02)
 
 
+def _dependent_loads(slack: float, count: int = 8):
+    """One 4-warp CTA: `count` plain loads one after the other, each of a
+    small tile that is in L2 only the second time round (rows 0 and 1)."""
+    from algorithms.ops import LD, Tile
+    from algorithms.schedule import CtaProgram, Launch, Role, Schedule
+
+    ops = tuple(Load(Tile("X", 0, 0, j % 2), 128, LD, (), slack) for j in range(count))
+    launch = Launch("loads", 1, 128, 0, 32, lambda cta: CtaProgram((Role("threads", 4, ops),)),
+                    classes=lambda: [(0, 1)], cost_key=lambda cta: 0)
+    return Schedule("loads", AttentionProblem(batch=1, heads=1, seqlen_q=128, head_dim=64), None, (launch,), {})
+
+
+def test_a_loads_slack_is_work_the_warp_does_while_it_flies():
+    """A plain load whose bytes the warp needs `slack` clocks later (a spill
+    reload, kernels/sass.py spill_wait_slacks) holds the warp that much less:
+    eight loads (two HBM misses, six L2 hits) with 100 clocks of slack each
+    take 800 clocks less than with none, and a slack past the HBM round trip
+    leaves the CTA nothing to wait for but its fixed costs."""
+    fixed = H100.launch.kernel_launch_us * 1e-6 + H100.launch.cta_turnover_cycles / H100.clock_hz
+    t0 = simulate(_dependent_loads(0.0), H100).runtime_s
+    t100 = simulate(_dependent_loads(100.0), H100).runtime_s
+    assert H100.l2.hit_latency_cycles > 100
+    assert (t0 - t100) * H100.clock_hz == pytest.approx(8 * 100, rel=0.02)
+    beyond = simulate(_dependent_loads(10 * H100.hbm.latency_cycles), H100).runtime_s
+    assert (beyond - fixed) * H100.clock_hz < 50
+
+
 def _store_launch(warps: int, ctas: int, nbytes: int):
     from algorithms.ops import Store, Tile
     from algorithms.schedule import CtaProgram, Launch, Role, Schedule

@@ -80,13 +80,15 @@ def test_spills_match_the_probe_table(cfg):
     assert table is not None
     assert (got["spill_store_bytes_per_iter"], got["spill_load_bytes_per_iter"]) == \
         (table.store_bytes, table.load_bytes)
-    assert (table.bytes > 0) == (w == 4)
+    assert tuple(int(x) for x in got["spill_wait_slacks"].split()) == table.wait_slacks
+    assert (table.bytes > 0) == (w == 4) == (len(table.wait_slacks) > 0)
 
 
 def test_fa2_schedule_charges_spills_on_hopper_only():
     """Each iteration stores the spilled registers of every thread to the CTA's
     stack and reloads them, through L2 (L1 barely keeps them: ncu), on Hopper
-    (the sm_90 build); elsewhere the build differs and the probe says nothing."""
+    (the sm_90 build), the reload in one plain load a wait the SASS has for it,
+    each with its slack; elsewhere the build differs and the probe says nothing."""
     import algorithms
     from algorithms.compiled import fa2_spills
     from algorithms.ops import LD, Load, Loop, Store
@@ -103,9 +105,12 @@ def test_fa2_schedule_charges_spills_on_hopper_only():
         return ops, "local" in schedule.tensors
 
     ops, declared = spill_ops(True)
-    assert [(type(op), op.nbytes) for op in ops] == [
-        (Store, spills.store_bytes * tile.threads), (Load, spills.load_bytes * tile.threads)]
-    assert ops[1].engine == LD and declared
+    assert len(spills.wait_slacks) >= 2 and declared
+    assert (type(ops[0]), ops[0].nbytes) == (Store, spills.store_bytes * tile.threads)
+    reloads = ops[1:]
+    assert all(isinstance(op, Load) and op.engine == LD for op in reloads)
+    assert sum(op.nbytes for op in reloads) == spills.load_bytes * tile.threads
+    assert tuple(op.slack for op in reloads) == spills.wait_slacks
     assert spill_ops(False) == ([], False)
 
 

@@ -22,25 +22,29 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from kernels.provenance import provenance, write_csv_atomic  # noqa: E402
 
 SHAPE = dict(batch=4, heads=16, seqlen=4096, head_dim=128)
-CONFIGS = [(128, 64, 4, 3), (128, 128, 4, 3), (128, 64, 8, 3)]
+# (block_m, block_n, warps, stages, causal): 128x64 w4 at 2-4 stages, causal and not, is where
+# the model's spill waits miss most (validation_notes.md, session 14): 2 stages fit two CTAs an
+# SM, 3 and 4 one, which leaves L1 more room beside SMEM
+CONFIGS = [(128, 64, 4, 3, 0), (128, 128, 4, 3, 0), (128, 64, 8, 3, 0), (128, 64, 4, 2, 0), (128, 64, 4, 4, 0),
+           (128, 64, 4, 2, 1), (128, 64, 4, 3, 1), (128, 64, 4, 4, 1)]
 METRICS = ["l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum",
            "l1tex__t_sector_pipe_lsu_mem_local_op_ld_hit_rate.pct", "gpu__time_duration.sum"]
 
 
 def target(spec: str) -> None:
-    """Runs under ncu: one fa2 launch of config `spec` (bm x bn x warps x stages)."""
+    """Runs under ncu: one fa2 launch of config `spec` (bm x bn x warps x stages x causal)."""
     import torch
 
     from algorithms.problem import TileConfig
     from kernels import fa2
 
-    bm, bn, w, s = map(int, spec.split("x"))
+    bm, bn, w, s, causal = map(int, spec.split("x"))
     b, h, n, d = SHAPE["batch"], SHAPE["heads"], SHAPE["seqlen"], SHAPE["head_dim"]
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     cfg = TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s)
-    fa2.forward(q, k, v, config=cfg)        # compile outside the profiled launch
+    fa2.forward(q, k, v, causal=bool(causal), config=cfg)        # compile outside the profiled launch
     torch.cuda.synchronize()
-    fa2.forward(q, k, v, config=cfg)
+    fa2.forward(q, k, v, causal=bool(causal), config=cfg)
     torch.cuda.synchronize()
 
 
@@ -54,8 +58,8 @@ def main(argv=None) -> int:
         return 0
     ncu = shutil.which("ncu") or "ncu"
     rows = []
-    for bm, bn, w, s in CONFIGS:
-        spec = f"{bm}x{bn}x{w}x{s}"
+    for bm, bn, w, s, causal in CONFIGS:
+        spec = f"{bm}x{bn}x{w}x{s}x{causal}"
         # the second launch of _fa2_fwd is the measured one (the first compiles)
         cmd = [ncu, "--clock-control", "none", "--kernel-name", "regex:_fa2_fwd", "--launch-skip", "1",
                "--launch-count", "1", "--metrics", ",".join(METRICS), "--csv", "--page", "raw",
@@ -67,7 +71,7 @@ def main(argv=None) -> int:
             raise SystemExit(f"ncu gave no metrics for {spec}")
         header, units, values = (next(csv.reader([ln])) for ln in lines[:3])
         got = {hd: (val, unit) for hd, unit, val in zip(header, units, values) if hd in METRICS}
-        row = {"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": s, **SHAPE}
+        row = {"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": s, **SHAPE, "causal": causal}
         for m in METRICS:
             row[m], row[m + ".unit"] = got.get(m, ("", ""))
         row.update(provenance(command="PYTHONPATH=. python3 experiments/spill_counters.py"))

@@ -223,10 +223,12 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
         # Triton's fp8 fa3 has one loop, every block masked
         n_full = 0 if variant.fp8_steps else first_masked_block(p, cfg, qb, trips)
         # Spilled registers live in the CTA's local memory (its threads'
-        # stacks), which L1 keeps poorly: ncu counts 40% (128x64 w4) and 0.5%
-        # (128x128 w4) of those loads hitting L1 (spill_counters_h100.csv).
-        # The model sends them all to L2 (scratch: kept clean there, never
-        # written back) and waits to reload them.
+        # stacks), which L1 keeps poorly: ncu counts 0.5% (128x128 w4), 12-20%
+        # (128x64 w4, 2 stages: two CTAs an SM) and 40-65% (3-4 stages: one)
+        # of those loads hitting L1 (spill_counters_h100.csv). The model sends
+        # them all to L2 (scratch: kept clean there, never written back) and
+        # waits to reload them where the SASS waits (spill_traffic), which
+        # over-predicts the one-CTA configs (validation_notes.md, session 14).
         stack = Tile("local", b, h, qb)
 
         def role_program(k: int) -> Role:

@@ -986,8 +986,6 @@ def bench_tma_setup(r: Runner, K):
     from its start to the tiles' sum, median over CTAs, with one CTA an SM
     (grid = SMs) and with eight (grid = 8 x SMs, the descriptors' global
     atomics from every CTA at once)."""
-    import numpy as np
-
     from kernels.common import ensure_tma_allocator
 
     torch = r.torch
@@ -1003,13 +1001,7 @@ def bench_tma_setup(r: Runner, K):
             def fn():
                 return K["tma_setup"][(grid,)](x, out, clk, n_rows, ROWS=rows, COLS=cols, TMA=tma, num_warps=4)
 
-            fn()
-            torch.cuda.synchronize()
-            runs = []
-            for _ in range(5):
-                fn()
-                torch.cuda.synchronize()
-                runs.append(float(np.median(clk.cpu().numpy())))
+            runs = cta_clock_runs(torch, fn, clk, 5)
             cycles[tma] = statistics.median(runs)
             r.add("tma_setup", f"{'tma' if tma else 'plain'}_x{per_sm}", cycles[tma], "clk",
                   detail=f"{grid} CTAs of 4 warps ({per_sm} an SM at most): clock64 from a CTA's start to "
@@ -1038,8 +1030,6 @@ def bench_store_overlap(r: Runner, K):
     dependent FMAs and a store of B bytes from registers: the chain alone,
     the store alone, and both, in clock64 cycles an iteration (median CTA).
     Posted stores: both take the longer of the two; waited-for: their sum."""
-    import numpy as np
-
     torch = r.torch
     grid = r.sms
     iters = 256
@@ -1054,13 +1044,7 @@ def bench_store_overlap(r: Runner, K):
                 return K["store_overlap"][(grid,)](y, clk, iters, WORK=work, STORE=floats, STORES=stores,
                                                    num_warps=STORE_OVERLAP_WARPS)
 
-            fn()
-            torch.cuda.synchronize()
-            runs = []
-            for _ in range(3):
-                fn()
-                torch.cuda.synchronize()
-                runs.append(float(np.median(clk.cpu().numpy())) / iters)
+            runs = [c / iters for c in cta_clock_runs(torch, fn, clk, 3)]
             cycles[case] = statistics.median(runs)
             r.add("store_overlap", f"{nbytes}B_{case}", cycles[case], "clk/iter",
                   detail=f"{grid} CTAs of 4 warps, one an SM, {iters} iterations of "
@@ -1523,6 +1507,20 @@ def bench_dot_chain_phase(r: Runner, K):
     os.makedirs(r.args.out_dir, exist_ok=True)
     write_csv_atomic(os.path.join(r.args.out_dir, "dot_chain_phase.csv"), raw,
                      ["shape", "cta", "step", "wg0_clk", "wg1_clk"])
+
+
+def cta_clock_runs(torch, fn, clk, launches: int) -> list[float]:
+    """fn once to compile and warm, then `launches` more times: after each,
+    the median over CTAs of the clock64 count each wrote into clk."""
+    import numpy as np
+    fn()
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(launches):
+        fn()
+        torch.cuda.synchronize()
+        runs.append(float(np.median(clk.cpu().numpy())))
+    return runs
 
 
 def stamped_clock(clk) -> tuple[float, float]:

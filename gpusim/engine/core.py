@@ -1094,8 +1094,7 @@ class _ClassStats:
             return True   # latched: slots that flip between real and ghost CTAs unbalance the tail
         self.steady = self._steady(slots)
         if self.steady:
-            recent = self.durations[-slots:]
-            self.latched = sum(recent) / len(recent)
+            self.latched = self.recent_duration(slots)
         return self.steady
 
     def _steady(self, slots: int) -> bool:

@@ -568,8 +568,7 @@ class Engine:
         measured period, chunk by chunk (_chunks), their work a background
         load over the wait and their loads and stores passing through L2 chunk
         by chunk: replayed tile by tile for loops that declare their accesses
-        (Loop.memory: the pipelined K/V and GEMM loops), as an anonymous
-        entry for nested loops (FA1's Q/O loop, too many ops to replay).
+        (Loop.memory), as an anonymous entry for the others.
 
         A period holds only for the load it was timed under. The rest of a
         run is timed again (the iterations done are charged) when
@@ -589,7 +588,7 @@ class Engine:
         replayed = loop.memory is not None
         work, handles = self._skip_load(sm, per_iteration, count, period, replayed)
         done, missed = 0, 0
-        for lo, hi in self._chunks(count):
+        for lo, hi in self._chunks(count, per_iteration[REQ] + per_iteration[STORE]):
             chunk_start, chunk_end = env.now, env.now + (hi - lo) * period
             missed += self._skip_memory(loop, first, lo, hi, per_iteration, chunk_end, replayed)
             if replayed:
@@ -665,14 +664,24 @@ class Engine:
         for slot in range(N_COUNTERS):
             role.c[slot] += charged[slot]
 
-    @staticmethod
-    def _chunks(count: int):
+    def _chunks(self, count: int, iteration_bytes: float):
         """[lo, hi) iteration ranges a skip is waited in, its loads and stores
         passing through L2 chunk by chunk, near their own time (all at once,
         a causal fa2 CTA's whole K/V stream entered L2 at its skip and evicted
         what its neighbours were sharing: HBM reads +43% over the full
-        simulation)."""
-        n = min(count, REPLAY_CHUNKS)
+        simulation): REPLAY_CHUNKS of them, or one per iteration when an
+        iteration alone moves more than this CTA's share of L2 (capacity /
+        CTAs in flight). A burst larger than that sweeps through L2 in one
+        piece where the real CTAs interleave their accesses, and the reuse
+        distances of the tiles they revisit come out wrong: FA1's outer loop
+        (B1 H16 N4096 D128: 5 MB of Q/O tiles an iteration, 16 CTAs) read
+        4.5x and wrote 5.8x the full simulation's HBM bytes in 8 chunks.
+        (Chunks sized to the share for every loop moved fa2 64x64 w4 s3 N8192
+        D128 from +4.9% to +11.2% against its full simulation: not done.)"""
+        if iteration_bytes * self._slots > self.mem.capacity:
+            n = count
+        else:
+            n = min(count, REPLAY_CHUNKS)
         bounds = [count * j // n for j in range(n + 1)]
         return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
 
@@ -681,9 +690,7 @@ class Engine:
         their write-backs and the HBM reads they miss spread over [now, until];
         returns the missed bytes. Only for loops that declare their accesses
         (Loop.memory: the pipelined K/V and GEMM loops, whose tiles other
-        CTAs share). FA1's Q/O loop replayed this way came out 81% slower
-        than its full simulation (B16 H32 N1024 D64) against +10% without,
-        a deviation not understood yet: it keeps the anonymous entry."""
+        CTAs share, and FA1's loops, whose running O/l/m a CTA rewrites)."""
         memory = loop.memory
         now = self.env.now
         missed = self.mem.touch(now, until, [op for j in range(first, first + count) for op in memory(j)])
@@ -723,7 +730,8 @@ class Engine:
         work, handles = self._skip_load(sm, per_iteration, count, period, replayed)
         hbm_paced = self._hbm_paced(pair)
         done, missed = 0, 0
-        for lo, hi in self._chunks(count) if count > 0 else ():
+        for lo, hi in (self._chunks(count, per_iteration[REQ] + per_iteration[STORE])
+                       if count > 0 else ()):
             if skip.stop is not None:
                 if lo >= skip.stop:
                     break
@@ -1058,7 +1066,8 @@ class Engine:
                          store_bytes=int(round(self.totals[STORE] + self.totals[SCRATCH])),
                          hbm_read_bytes=hbm_read,
                          hbm_write_bytes=hbm_write,
-                         l2_hit_rate=1.0 - hbm_read / requested if requested else 0.0,
+                         # (a skip cut short mid-chunk charges its whole chunk's misses: clamp)
+                         l2_hit_rate=max(0.0, 1.0 - hbm_read / requested) if requested else 0.0,
                          unit_busy=busy, bottleneck=unit, bottleneck_share=share,
                          launches=results, events=self.events)
 

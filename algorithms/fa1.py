@@ -121,20 +121,25 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                 i = i0 + k
                 return rows_of[i], is_masked(i), j == last_of[i]
 
+            def accesses(i: int):
+                # Q block i's global reads and writes at K/V block j
+                return reads[i][:n_reads], final[i] if j == last_of[i] else running[i]
+
             def step(k: int):
                 i = i0 + k
+                loads, stores = accesses(i)
                 scores = bm * bn
                 alu = scores * ALU_PER_SCORE + bm * d * (ALU_PER_ACC + ALU_EPILOGUE_PER_OUT)
                 if is_masked(i):
                     alu += scores * ALU_PER_MASKED_SCORE
-                return [*reads[i][:n_reads],
+                return [*loads,
                         Mma(bm, bn, d, p.dtype, cfg.mma),   # each warp: bm x (bn/w) of S
                         Exp(scores + bm, alu_flops=alu),
                         StepLatency(),                      # the chain's round trip
                         Mma(bm, d, bn, p.dtype, cfg.mma),   # each warp: partial P V
                         SmemIO(combine_io),                 # split-K combine
                         SyncThreads(),
-                        *(final[i] if j == last_of[i] else running[i])]
+                        *stores]
 
             def step_memory(k: int):
                 # Q, O, l, m through L2 when the engine skips steps: the
@@ -142,8 +147,8 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                 # they fit, and only the real accesses can tell (as an
                 # anonymous entry, causal B1 H16 N4096 D128 wrote 20x the
                 # full simulation's HBM bytes)
-                i = i0 + k
-                return [*reads[i][:n_reads], *(final[i] if j == last_of[i] else running[i])]
+                loads, stores = accesses(i0 + k)
+                return [*loads, *stores]
 
             return [Load(Tile("K", b, kvh, j), rows_k * d * e),
                     Load(Tile("V", b, kvh, j), rows_k * d * e),

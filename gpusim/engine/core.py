@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
+from itertools import chain
 from math import inf
 
 import simpy
@@ -693,7 +694,7 @@ class Engine:
         CTAs share, and FA1's loops, whose running O/l/m a CTA rewrites)."""
         memory = loop.memory
         now = self.env.now
-        missed = self.mem.touch(now, until, [op for j in range(first, first + count) for op in memory(j)])
+        missed = self.mem.touch(now, until, chain.from_iterable(map(memory, range(first, first + count))))
         self.mem.hbm.add_background(now, until, missed * self.mem.hbm_s_per_byte)
         return missed
 

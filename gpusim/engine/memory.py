@@ -136,27 +136,68 @@ class MemorySystem:
         hits refresh their tiles, misses insert them, stores dirty them, as
         real ones would -- so the CTAs beside them find the tiles they share
         (FA2's K/V) instead of an anonymous pollution. Write-backs they cause
-        are spread over [now, until]. Returns the bytes that missed."""
-        missed = 0
-        self._spread_until = until
-        try:
-            lines = self.lines
-            for op in accesses:
-                tile, nbytes = op.tile, op.nbytes
-                if op.__class__ is Store:
-                    self._write_tile(now, tile, nbytes)
-                    continue
-                line = lines.get(tile)
-                self.requested += nbytes
+        are spread over [now, until]. Returns the bytes that missed.
+
+        The same bookkeeping as load/_write_tile/_insert/_write_back, inlined
+        into one loop: FA1 replays millions of accesses here (5.8 of a 6.9 s
+        N16k prediction went to the calls)."""
+        lines, capacity, launch = self.lines, self.capacity, self.launch
+        get, refresh, evict_oldest = lines.get, lines.move_to_end, lines.popitem
+        scratch = self.scratch
+        used = self.used
+        requested = hits = missed = written = 0
+        stale_dirty = self.stale_dirty
+        stale_evicted = False
+        for op in accesses:
+            tile, nbytes = op.tile, op.nbytes
+            line = get(tile)
+            if op.__class__ is Store:
                 if line is not None:
-                    lines.move_to_end(tile)
-                    self.hit_bytes += nbytes
-                else:
-                    self.hbm_read += nbytes
-                    missed += nbytes
-                    self._insert(now, tile, nbytes, now, False)
-        finally:
-            self._end_spread(now)
+                    refresh(tile)
+                    if tile[0] in scratch:
+                        continue
+                    dirty = line[2]
+                    if dirty and line[3] != launch:
+                        stale_dirty -= line[0] if dirty is True else dirty
+                    line[2], line[3] = True, launch
+                    continue
+                dirty = tile[0] not in scratch
+                if nbytes > capacity:
+                    if dirty:
+                        written += nbytes
+                    continue
+            else:
+                requested += nbytes
+                if line is not None:
+                    refresh(tile)
+                    hits += nbytes
+                    continue
+                missed += nbytes
+                if nbytes > capacity:
+                    continue
+                dirty = False
+            # insert the tile, evicting the least recently used
+            lines[tile] = [nbytes, now, dirty, launch]
+            used += nbytes
+            while used > capacity:
+                _, (size, _, old_dirty, old_launch) = evict_oldest(last=False)
+                used -= size
+                if old_dirty:
+                    dirty_bytes = size if old_dirty is True else old_dirty
+                    if old_launch != launch:
+                        stale_dirty -= dirty_bytes
+                        stale_evicted = True
+                    written += dirty_bytes
+        self.used = used
+        self.requested += requested
+        self.hit_bytes += hits
+        self.hbm_read += missed
+        self.stale_dirty = stale_dirty
+        if written:
+            self.hbm_write += written
+            self.hbm.add_background(now, until, written * self.hbm_s_per_byte)
+        if stale_evicted and until > self.stale_spread_until:
+            self.stale_spread_until = until
         return missed
 
     def store(self, now: float, port: Server, tile, nbytes: int, then, issued: float = 0.0) -> None:

@@ -295,13 +295,14 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
             # and sm_80 alike), so a causal CTA waits out one more load.
             items = [*setup, *before, *bring_q,
                      *pipelined_loop("kv", n_full, loads_of, compute_of, cfg.num_stages, key_of,
-                                     spill_traffic, role=k, roles=roles, engine=variant.engine),
+                                     spill_traffic if spilling else None, role=k, roles=roles,
+                                     engine=variant.engine),
                      MmaWait(0),                                     # the first loop's last P V
                      *between,
                      *pipelined_loop("kv_masked", trips - n_full, lambda j: loads_of(n_full + j),
                                      lambda j: compute_of(n_full + j), cfg.num_stages,
                                      lambda j: key_of(n_full + j),
-                                     lambda j: spill_traffic(n_full + j),
+                                     (lambda j: spill_traffic(n_full + j)) if spilling else None,
                                      role=k, roles=roles, engine=variant.engine),
                      MmaWait(0),                                     # the last P V
                      *after,

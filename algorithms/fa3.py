@@ -89,23 +89,42 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
             return cta
         return cta - cta % n_qb + (n_qb - 1 - cta % n_qb)
 
+    def full(name: str) -> tuple[str, ...]:
+        return tuple(f"{name}.{w}" for w in consumers)
+
+    k_empty, v_empty = [Wait(f"k_empty.{w}") for w in consumers], [Wait(f"v_empty.{w}") for w in consumers]
+    k_full, v_full = full("k_full"), full("v_full")
+    # A head's K/V loads, built once for the launch: its Q blocks' CTAs all
+    # stream them, and the engine replays them for skipped steps and ghost
+    # CTAs (built per step, they took half of a 16k prediction)
+    kv_loads: dict = {}
+
     def program(cta: int) -> CtaProgram:
         qb, b, h, kvh, rows_q, trips = locate_q_block(p, cfg, launch_order(cta))
-        full = lambda name: tuple(f"{name}.{w}" for w in consumers)
+
+        def loads(j: int) -> list[Load]:
+            # the producer's K_j and V_j, also for the engine to pass through
+            # L2 when it skips iterations
+            pair = kv_loads.get((b, kvh, j))
+            if pair is None:
+                nbytes = min(bn, p.seqlen_kv - j * bn) * d * e
+                pair = kv_loads[b, kvh, j] = [Load(Tile("K", b, kvh, j), nbytes, TMA, signal=k_full),
+                                              Load(Tile("V", b, kvh, j), nbytes, TMA, signal=v_full)]
+            return pair
 
         def produce(j: int) -> list[Item]:
-            rows_k = min(bn, p.seqlen_kv - j * bn)
-            return [*(Wait(f"k_empty.{w}") for w in consumers),
-                    Load(Tile("K", b, kvh, j), rows_k * d * e, TMA, signal=full("k_full")),
-                    *(Wait(f"v_empty.{w}") for w in consumers),
-                    Load(Tile("V", b, kvh, j), rows_k * d * e, TMA, signal=full("v_full"))]
+            k, v = loads(j)
+            return [*k_empty, k, *v_empty, v]
 
         def load_key(j: int):
             return min(bn, p.seqlen_kv - j * bn)
 
         producer = Role("producer", WARPS_PER_WARPGROUP, (
             Load(Tile("Q", b, h, qb), rows_q * d * e, TMA, signal=full("q_full")),
-            Loop("kv", trips, produce, load_key)))
+            Loop("kv", trips, produce, load_key, memory=loads)))
+
+        def no_accesses(_k: int) -> tuple:
+            return ()   # a consumer's loop reads SMEM only
 
         def consumer(w: int) -> Role:
             nxt = (w + 1) % cw
@@ -135,7 +154,8 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                             MmaWait(pending=1), release_k, *softmax(j), MmaWait(), release_v]
                 body = [Wait(f"k_full.{w}"), *take_turn, qk, *give_turn, MmaWait(), release_k,
                         *softmax(0),
-                        Loop("kv", trips - 1, step, lambda k: block_is_masked(p, cfg, qb, k + 1)),
+                        Loop("kv", trips - 1, step, lambda k: block_is_masked(p, cfg, qb, k + 1),
+                             memory=no_accesses),
                         Wait(f"v_full.{w}"), *take_turn, pv, *give_turn, MmaWait(), release_v]
             else:
                 def step(j: int) -> list[Item]:
@@ -143,7 +163,8 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                             *softmax(j),
                             Wait(f"v_full.{w}"), *take_turn, pv, MmaWait(), *give_turn,
                             release_v]
-                body = [Loop("kv", trips, step, lambda j: block_is_masked(p, cfg, qb, j))]
+                body = [Loop("kv", trips, step, lambda j: block_is_masked(p, cfg, qb, j),
+                             memory=no_accesses)]
             my_rows = max(0, min(rows, rows_q - w * rows))
             return Role(f"consumer{w}", WARPS_PER_WARPGROUP, (
                 Wait(f"q_full.{w}"), *body,

@@ -85,6 +85,9 @@ GHOST_WAVES = 2
 CONVERGED = 0.02
 # A skip's loads pass through L2 in this many chunks, each near its own time.
 REPLAY_CHUNKS = 8
+# A class whose real CTAs found more than this share of their bytes in L2
+# shares tiles: its ghosts' loads are replayed (Engine._replay_ghost_loads).
+SHARED_HITS = 0.01
 # A run is bottlenecked by a unit busy at least half of the time; below that
 # no unit is saturated and latency (too little work in flight) bounds it.
 SATURATION = 0.5
@@ -919,7 +922,7 @@ class Engine:
                     end += 1
                 state["next"] = end
                 state["ghosted"] += end - index
-                yield from self._ghost(sm, batch.values(), launch.name, state["slots"])
+                yield from self._ghost(sm, batch.values(), launch, range(index, end), state["slots"])
                 continue
             state["next"] = index + 1
             state["simulated"] += 1
@@ -937,15 +940,18 @@ class Engine:
                 seen = samples[key] = _ClassStats()
             seen.add(duration, totals, warm, self.env.now)
 
-    def _ghost(self, sm: _SM, batch, name: str, slots: int):
-        """CTAs of steady classes, (class stats, count) in `batch`: their time
-        from the latest real ones of their class, their work (L2 hits and
-        misses differ between the CTA that fetched a tile first and those
-        that found it) from all of them."""
+    def _ghost(self, sm: _SM, batch, launch: Launch, ctas: range, slots: int):
+        """CTAs `ctas` of steady classes, (class stats, count) in `batch`:
+        their time from the latest real ones of their class, their work from
+        all of them -- but for their HBM reads, which come from passing their
+        own tiles through L2 (_replay_ghosts): who fetched a tile first and
+        who found it differs from CTA to CTA."""
         env = self.env
+        name = launch.name
         duration = 0.0
         work = [0.0] * N_COUNTERS
         n = 0
+        batch = list(batch)
         for stats, count in batch:
             n += count
             duration += stats.recent_duration(slots) * count
@@ -953,8 +959,14 @@ class Engine:
                 work[s] += w
         start = env.now
         self._disturb(sm)
+        replayed = any(stats.shares() for stats, _ in batch)
+        if replayed:    # (their HBM reads are the replay's, spread over the window)
+            work[MISS] = work[HBM] = 0.0
         self._background(sm, start, start + duration, work)
-        self.mem.pollute(start, start + duration, work[MISS], work[STORE])
+        if replayed:
+            self._replay_ghost_loads(launch, ctas, start, duration, work[STORE])
+        else:
+            self.mem.pollute(start, start + duration, work[MISS], work[STORE])
         for s in range(N_COUNTERS):
             self.totals[s] += work[s]
         if self.tracer is not None:
@@ -976,6 +988,49 @@ class Engine:
             self.events += 1
             yield env.timeout(served - env.now)
         self._disturb(sm)
+
+    def _replay_ghost_loads(self, launch: Launch, ctas: range, start: float, duration: float,
+                            stored: float) -> None:
+        """The loads of ghost CTAs whose classes share tiles pass through L2
+        as skipped loops' do (MemorySystem.touch): in program order, a CTA's
+        roles side by side and the batch's CTAs one after the other, as they
+        run on their slot, in REPLAY_CHUNKS pieces over the window. As one
+        anonymous entry of their classes' mean misses they hid the K/V tiles
+        they fetched from the real CTAs of their heads, which then fetched
+        them again, and their class means grew with it: causal fa2 B4 H16
+        N4096 D128 read 253 MB from HBM against the full simulation's 201
+        (+26%). Their `stored` bytes enter as anonymous entries, one a
+        piece: no one loads a tile another CTA of the launch stored, and as
+        named tiles they moved standard's QK GEMM 9% off its full
+        simulation; all at the window's start, they evicted the K/V tiles
+        the pieces then missed (fa2 64x64 N8192 D128: +83% HBM reads).
+        (Each CTA cut into the pieces instead, a batch of a thousand short
+        CTAs read all its rows in one piece, a burst eight times their
+        rate.)"""
+        pieces: list[list] = [[] for _ in range(REPLAY_CHUNKS)]
+        load = Load
+        for index in ctas:
+            for role in launch.program(index).roles:
+                ops = [op for op in _accesses(role.items) if op.__class__ is load]
+                n = len(ops)
+                for c, piece in enumerate(pieces):
+                    piece += ops[n * c // REPLAY_CHUNKS:n * (c + 1) // REPLAY_CHUNKS]
+        step, stored = duration / REPLAY_CHUNKS, stored / REPLAY_CHUNKS
+        for c, piece in enumerate(pieces):
+            # a tile the batch's CTAs share once a piece: the first fetches
+            # it, the others would only refresh it (fa2 N16k: a K/V tile
+            # comes up 2-10 times a piece)
+            piece = list({op.tile: op for op in piece}.values())
+            t = start + c * step
+            self.env.call_at(t, lambda _event, piece=piece, t=t: self._replay_piece(piece, t, t + step, stored))
+
+    def _replay_piece(self, piece, now: float, until: float, stored: float) -> None:
+        missed = self.mem.touch(now, until, piece)
+        self.mem.pollute(now, until, 0.0, stored)
+        if missed:
+            self.mem.hbm.add_background(now, until, missed * self.mem.hbm_s_per_byte)
+            self.totals[MISS] += missed
+            self.totals[HBM] += missed * self.mem.hbm_s_per_byte
 
     def _served_by(self, sm: _SM | None, work, hbm: bool = False, shared: bool = True) -> float:
         """When the units `work` loaded (the global ones, and this SM's unless
@@ -1148,6 +1203,13 @@ class _ClassStats:
         recent = self.durations[-slots:]
         return sum(recent) / len(recent)
 
+    def shares(self) -> bool:
+        """Did its real CTAs find some of their bytes in L2 (tiles other CTAs
+        fetched, or they themselves)? A class that missed every byte (the
+        row softmax's rows of S) has nothing to share, and its mean misses
+        stand for its ghosts."""
+        return self.work[REQ] - self.work[MISS] > SHARED_HITS * self.work[REQ]
+
     def mean_work(self, batch: int) -> list[float]:
         work = [w / self.count * batch for w in self.work]
         # requested and stored bytes are equal for every CTA of a class
@@ -1211,6 +1273,21 @@ class _Skip:
             return at or 0
         lo, hi, start = at
         return lo + int(min(hi - lo, (now - start) / self.period)) if self.period > 0.0 else hi
+
+
+def _accesses(items):
+    """A role program's Loads and Stores in program order (a loop's through
+    Loop.memory where it declares them)."""
+    for item in items:
+        kind = item.__class__
+        if kind is Loop:
+            if item.memory is not None:
+                yield from chain.from_iterable(map(item.memory, range(item.trips)))
+            else:
+                for i in range(item.trips):
+                    yield from _accesses(item.body(i))
+        elif kind is Load or kind is Store:
+            yield item
 
 
 def _class_keys(keys: dict, loop: Loop) -> list:

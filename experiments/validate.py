@@ -680,18 +680,36 @@ def _predict_one(args):
         return {"runtime_us": None, "error": f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"}
 
 
-def predict_rows(rows, gpu, jobs=1):
+def _cost_estimate(row):
+    """A prediction's cost grows with the tile steps simulated: submit the
+    dearest first so that 16 workers do not wait on one N=16k row at the end."""
+    p, c = row["problem"], row["config"]
+    return p.batch * p.heads * p.seqlen_q * p.seqlen_kv / (c.block_m * c.block_n)
+
+
+def predict_rows(rows, gpu, jobs=1, checkpoint=None, checkpoint_s=30.0):
+    """Predictions aligned with rows. checkpoint(preds), where given, is called
+    every checkpoint_s with the predictions made so far (None for the rest), so
+    a run stopped at a time limit keeps its work for --reuse-predictions."""
     tasks = [(gpu, r["algo"], r["problem"], r["config"]) for r in rows]
-    t0, out = time.time(), []
+    t0, out = time.time(), [None] * len(tasks)
     if jobs > 1 and len(tasks) > 20:
-        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        order = sorted(range(len(tasks)), key=lambda i: -_cost_estimate(rows[i]))
+        last_save = time.time()
         with ProcessPoolExecutor(max_workers=jobs) as ex:
-            for i, res in enumerate(ex.map(_predict_one, tasks, chunksize=4)):
-                out.append(res)
-                if (i + 1) % 100 == 0:
-                    log(f"[report] {gpu}: {i + 1}/{len(tasks)} predicted [{time.time() - t0:.0f} s]")
+            futures = {ex.submit(_predict_one, tasks[i]): i for i in order}
+            for n, fut in enumerate(as_completed(futures), 1):
+                out[futures[fut]] = fut.result()
+                if n % 100 == 0:
+                    log(f"[report] {gpu}: {n}/{len(tasks)} predicted [{time.time() - t0:.0f} s]")
+                if checkpoint and time.time() - last_save > checkpoint_s:
+                    checkpoint(out)
+                    last_save = time.time()
         return out
-    return [_predict_one(t) for t in tasks]
+    for i, t in enumerate(tasks):
+        out[i] = _predict_one(t)
+    return out
 
 
 PRED_FIELDS = ("runtime_us", "hbm_read_bytes", "hbm_write_bytes", "l2_read_bytes", "bottleneck", "error")
@@ -725,7 +743,8 @@ def save_predictions(path, rows, preds, profile):
     """One line per row; a reused prediction keeps the commit it was made at."""
     commit = _commit()
     out = [{"key": _row_key(r), **{k: pr.get(k, "") if pr.get(k) is not None else "" for k in PRED_FIELDS},
-            "profile": profile, "git_commit": pr.get("git_commit") or commit} for r, pr in zip(rows, preds)]
+            "profile": profile, "git_commit": pr.get("git_commit") or commit}
+           for r, pr in zip(rows, preds) if pr is not None]  # None: not predicted yet (a checkpoint)
     write_csv_atomic(path, out, ["key", *PRED_FIELDS, "profile", "git_commit"])
 
 
@@ -762,7 +781,13 @@ def reuse_or_predict(path, rows, profile, jobs, reuse):
     if missing:
         if reuse and len(missing) < len(rows):
             log(f"[report] {profile}: {len(rows) - len(missing)} predictions reused, {len(missing)} to make")
-        for i, pr in zip(missing, predict_rows([rows[i] for i in missing], profile, jobs)):
+        def checkpoint(done):
+            for i, pr in zip(missing, done):
+                if pr is not None:
+                    preds[i] = pr
+            save_predictions(path, rows, preds, profile)
+
+        for i, pr in zip(missing, predict_rows([rows[i] for i in missing], profile, jobs, checkpoint)):
             preds[i] = pr
         save_predictions(path, rows, preds, profile)
     return preds

@@ -120,7 +120,7 @@ def test_reuse_predicts_only_the_rows_the_saved_file_lacks(tmp_path, monkeypatch
             for bn in (32, 64, 128)]
     asked = []
 
-    def fake_predict(rs, gpu, jobs=1):
+    def fake_predict(rs, gpu, jobs=1, checkpoint=None):
         asked.append([r["config"].block_n for r in rs])
         return [{"runtime_us": 100.0 * r["config"].block_n, "bottleneck": "tensor_cores", "error": ""}
                 for r in rs]
@@ -141,6 +141,52 @@ def test_reuse_predicts_only_the_rows_the_saved_file_lacks(tmp_path, monkeypatch
     assert saved == {"32": "aaaaaaa", "64": "bbbbbbb", "128": "aaaaaaa"}
     V.reuse_or_predict(path, rows, "h100", 1, reuse=True)         # nothing missing: nothing asked
     assert len(asked) == 2
+
+
+def test_a_run_stopped_mid_way_keeps_its_checkpointed_predictions(tmp_path, monkeypatch):
+    """A report killed at a time limit after a checkpoint leaves the rows
+    predicted so far in the file; the next --reuse-predictions run predicts
+    only the others."""
+    from algorithms.problem import AttentionProblem, TileConfig
+
+    p = AttentionProblem(batch=16, heads=16, seqlen_q=1024, head_dim=128)
+    rows = [{"algo": "fa2", "problem": p, "config": TileConfig(block_m=64, block_n=bn), "ms": 1.0}
+            for bn in (32, 64, 128)]
+    asked = []
+
+    def killed_after_two(rs, gpu, jobs=1, checkpoint=None):
+        asked.append([r["config"].block_n for r in rs])
+        done = [{"runtime_us": 100.0 * r["config"].block_n, "error": ""} for r in rs]
+        checkpoint([done[0], None, done[2]])
+        raise KeyboardInterrupt  # what `timeout` leaves of the run
+
+    monkeypatch.setattr(V, "predict_rows", killed_after_two)
+    path = str(tmp_path / "validation_predictions_h100.csv")
+    with pytest.raises(KeyboardInterrupt):
+        V.reuse_or_predict(path, rows, "h100", 1, reuse=True)
+    assert sorted(r["key"].split("|")[8] for r in csv.DictReader(open(path))) == ["128", "32"]
+
+    def finish(rs, gpu, jobs=1, checkpoint=None):
+        asked.append([r["config"].block_n for r in rs])
+        return [{"runtime_us": 1.0, "error": ""} for r in rs]
+
+    monkeypatch.setattr(V, "predict_rows", finish)
+    preds = V.reuse_or_predict(path, rows, "h100", 1, reuse=True)
+    assert asked == [[32, 64, 128], [64]]
+    assert [pr["runtime_us"] for pr in preds] == [3200.0, 1.0, 12800.0]
+
+
+def test_parallel_predictions_come_back_in_row_order():
+    """predict_rows submits the dearest rows first; its answers still line up
+    with the rows it was given."""
+    from algorithms.problem import AttentionProblem, TileConfig
+
+    rows = [{"algo": "standard", "problem": AttentionProblem(batch=1, heads=1, seqlen_q=n, head_dim=64),
+             "config": TileConfig(block_m=64, block_n=64), "ms": 1.0} for n in [128, 512, 256] * 8]
+    preds = V.predict_rows(rows, "h100", jobs=2)
+    serial = [V._predict_one(("h100", r["algo"], r["problem"], r["config"])) for r in rows]
+    assert [pr["runtime_us"] for pr in preds] == [pr["runtime_us"] for pr in serial]
+    assert len({pr["runtime_us"] for pr in preds}) == 3
 
 
 # --------------------------------------------------------------------------- files

@@ -5,6 +5,7 @@ import algorithms
 from algorithms.accounting import count
 from algorithms.fa1 import last_kv_block, paper_block_sizes
 from algorithms.compiled import fa2_spills
+from algorithms import standard
 from algorithms.fa2 import kv_trips
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
@@ -112,9 +113,18 @@ def test_fa1_causal_visits_the_same_blocks_as_fa2(p, cfg):
 @given(problems(), configs())
 def test_standard_moves_s_and_p_through_hbm(p, cfg):
     c = count(algorithms.build("standard", p, cfg))
-    sp = p.batch * p.heads * p.seqlen_q * p.seqlen_kv * p.elem_bytes
-    assert c.store_bytes["S"] == c.load_bytes["S"] == sp
+    bh, e = p.batch * p.heads, p.elem_bytes
+    sp = bh * p.seqlen_q * p.seqlen_kv * e
+    assert c.store_bytes["S"] == sp
     assert c.store_bytes["P"] == c.load_bytes["P"] == sp
+    # the softmax reads a row of S only left of the causal mask (its load is
+    # masked), each row of a band as far as the band's last row
+    visible = bh * e * sum(min(p.seqlen_kv, max(0, r + p.causal_offset + 1)) if p.causal else p.seqlen_kv
+                           for r in range(p.seqlen_q))
+    band = cdiv(p.seqlen_q, standard.SOFTMAX_ROW_BANDS)
+    assert visible <= c.load_bytes["S"] <= min(sp, visible + bh * p.seqlen_q * (band - 1) * e)
+    if not p.causal:
+        assert c.load_bytes["S"] == sp
     # QKᵀ: a CTA a row block of S reads its rows of Q once and its head's K once
     tm = cdiv(p.seqlen_q, cfg.block_m)
     assert c.load_bytes["Q"] == sizes(p)["q"]

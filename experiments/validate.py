@@ -66,11 +66,18 @@ COLUMNS = (["algo", "dtype", "batch", "heads", "kv_heads", "seqlen", "head_dim",
             "block_m", "block_n", "num_warps", "num_stages", "block_k", "consumer_warpgroups",
             "pingpong", "intra_wg_overlap", "mma", "default_config", "ms", "ms_p20", "ms_p80",
             "tflops", "rel_err", "status", "error"] + PROV)
+# L2 reads at both ends of the crossbar: the sectors the L2 slices look up for
+# the SMs (lts__t_sectors_srcunit_tex_op_read) and the bytes the SMs receive
+# (l1tex__m_xbar2l1tex_read_bytes). They differ by what the L2 request
+# coalescer merges: requests of several SMs for one sector in flight at once
+# (experiments/l2_request_probe.py: 26-48% of fa2's and Triton fa3's reads
+# non-causal, 6-10% causal).
 NCU_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_sectors_srcunit_tex_op_read.sum",
-               "lts__t_sectors_op_read.sum", "gpu__time_duration.sum")
+               "lts__t_sectors_op_read.sum", "l1tex__m_xbar2l1tex_read_bytes.sum", "gpu__time_duration.sum")
 NCU_COLUMNS = (["case", "algo", "dtype", "batch", "heads", "seqlen", "head_dim", "causal", "block_m",
                 "block_n", "num_warps", "num_stages", "kernels", "dram_read_bytes", "dram_write_bytes",
-                "l2_read_bytes_from_sm", "l2_read_bytes_all", "gpu_time_us", "status", "error"] + PROV)
+                "l2_read_bytes_from_sm", "l2_read_bytes_all", "sm_read_bytes_from_l2", "gpu_time_us", "status",
+                "error"] + PROV)
 
 TARGETS = {"mape": 0.10, "mape_goal": 0.05, "spearman": 0.8, "spearman_goal": 0.9, "top1_loss": 0.05,
            "hbm_bytes": 0.10, "l2_bytes": 0.15}
@@ -447,6 +454,7 @@ def ncu_rows_from(per, cases, prov):
                        dram_write_bytes=f"{agg['dram__bytes_write.sum']:.0f}",
                        l2_read_bytes_from_sm=f"{agg['lts__t_sectors_srcunit_tex_op_read.sum'] * 32:.0f}",
                        l2_read_bytes_all=f"{agg['lts__t_sectors_op_read.sum'] * 32:.0f}",
+                       sm_read_bytes_from_l2=f"{agg['l1tex__m_xbar2l1tex_read_bytes.sum']:.0f}",
                        gpu_time_us=f"{agg['gpu__time_duration.sum'] / 1e3:.1f}", status="ok", error="")
         rows.append(row)
     return rows
@@ -652,7 +660,11 @@ def load_ncu(path=DEFAULT_NCU):
             continue
         algo, p, cfg = problem_config(r, path, lineno)
         vals = {}
-        for k in ("dram_read_bytes", "dram_write_bytes", "l2_read_bytes_from_sm"):
+        # (sm_read_bytes_from_l2 since session 16: older files lack it)
+        for k in ("dram_read_bytes", "dram_write_bytes", "l2_read_bytes_from_sm", "sm_read_bytes_from_l2"):
+            if k == "sm_read_bytes_from_l2" and not r.get(k):
+                vals[k] = float("nan")
+                continue
             try:
                 vals[k] = float(r[k])
             except ValueError:
@@ -675,6 +687,7 @@ def _predict_one(args):
         pred = gpusim.predict(p, cfg, gpu, algo=algo)
         return {"runtime_us": pred.runtime_us, "hbm_read_bytes": pred.hbm_read_bytes,
                 "hbm_write_bytes": pred.hbm_write_bytes, "l2_read_bytes": pred.l2_read_bytes,
+                "l2_dirty_at_end_bytes": pred.l2_dirty_at_end_bytes,
                 "bottleneck": pred.bottleneck, "error": ""}
     except Exception as e:  # a row the model cannot predict is reported, not fatal
         return {"runtime_us": None, "error": f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"}
@@ -712,7 +725,8 @@ def predict_rows(rows, gpu, jobs=1, checkpoint=None, checkpoint_s=30.0):
     return out
 
 
-PRED_FIELDS = ("runtime_us", "hbm_read_bytes", "hbm_write_bytes", "l2_read_bytes", "bottleneck", "error")
+PRED_FIELDS = ("runtime_us", "hbm_read_bytes", "hbm_write_bytes", "l2_read_bytes", "bottleneck", "error",
+               "l2_dirty_at_end_bytes")
 
 
 def _row_key(r):
@@ -762,8 +776,9 @@ def load_predictions(path, rows):
             out.append(None)
             continue
         d = {k: s.get(k, "") for k in PRED_FIELDS}
-        for k in ("runtime_us", "hbm_read_bytes", "hbm_write_bytes", "l2_read_bytes"):
-            d[k] = float(d[k]) if d[k] not in ("", None) else None
+        for k in ("runtime_us", "hbm_read_bytes", "hbm_write_bytes", "l2_read_bytes", "l2_dirty_at_end_bytes"):
+            # (byte counts stay integers: rewritten as floats, every reused line changed)
+            d[k] = (float(d[k]) if k == "runtime_us" else int(float(d[k]))) if d[k] not in ("", None) else None
         d["git_commit"] = s.get("git_commit", "")
         out.append(d)
     return out
@@ -842,6 +857,9 @@ def ranking_summary(ranking):
             "top1_loss_mean": sum(losses) / len(losses)}
 
 
+BYTE_COUNTS = ("hbm_read", "hbm_write", "hbm_write_in_run", "l2_read", "l2_slice_read")
+
+
 def byte_metrics(ncu_rows, preds):
     out = []
     for r, pr in zip(ncu_rows, preds):
@@ -849,10 +867,19 @@ def byte_metrics(ncu_rows, preds):
             out.append({"row": r, "error": pr.get("error", "")})
             continue
         e = {"row": r, "error": ""}
+        # The model's L2 reads are the bytes the SMs ask L2 for; the L2
+        # slices look up fewer where the request coalescer merged requests
+        # (NCU_METRICS): both ends are compared, the SMs' first.
+        # HBM writes likewise: all the run's, and those made before it ends
+        # (ncu counts no later write-back of what L2 still holds dirty)
+        if pr.get("hbm_write_bytes") is not None and pr.get("l2_dirty_at_end_bytes") is not None:
+            pr = {**pr, "hbm_write_in_run": pr["hbm_write_bytes"] - pr["l2_dirty_at_end_bytes"]}
         for name, pk, mk in (("hbm_read", "hbm_read_bytes", "dram_read_bytes"),
                              ("hbm_write", "hbm_write_bytes", "dram_write_bytes"),
-                             ("l2_read", "l2_read_bytes", "l2_read_bytes_from_sm")):
-            pv, mv = pr.get(pk), r[mk]
+                             ("hbm_write_in_run", "hbm_write_in_run", "dram_write_bytes"),
+                             ("l2_read", "l2_read_bytes", "sm_read_bytes_from_l2"),
+                             ("l2_slice_read", "l2_read_bytes", "l2_read_bytes_from_sm")):
+            pv, mv = pr.get(pk), r.get(mk, float("nan"))
             e[name] = (pv, mv, (pv - mv) / mv if pv is not None and mv > 0 else float("nan"))
         out.append(e)
     return out
@@ -1075,24 +1102,33 @@ def cmd_report(args) -> int:
                                       ncu_rows, prof, args.jobs, args.reuse_predictions)
             bm = byte_metrics(ncu_rows, npreds)
             summary[prof]["bytes"] = bm
-            lines += ["Bytes, predicted vs ncu (`--clock-control none`, caches flushed before each kernel; "
-                      "L2 = lts__t_sectors_srcunit_tex_op_read × 32):", "",
-                      "| algorithm | D | causal | N | HBM read: ncu | err | HBM write: ncu | err | L2 read: ncu | err |",
-                      "|---|---|---|---|---|---|---|---|---|---|"]
+            lines += ["Bytes, predicted vs ncu (`--clock-control none`, caches flushed before each kernel). "
+                      "L2 read, SMs: the bytes the SMs receive from L2 (l1tex__m_xbar2l1tex_read_bytes), what "
+                      "the model counts; L2 read, slices: the sectors the L2 slices look up for them "
+                      "(lts__t_sectors_srcunit_tex_op_read × 32), fewer where the L2 request coalescer merged "
+                      "requests for a sector in flight from several SMs, which the model does not "
+                      "(experiments/l2_request_probe.py):", "",
+                      "HBM write, in run: the model's HBM writes less the dirty bytes L2 still holds "
+                      "at the end, which reach HBM after the kernel, where ncu's count ends:", "",
+                      "| algorithm | D | causal | N | HBM read: ncu | err | HBM write: ncu | err | "
+                      "HBM write, in run: ncu | err | L2 read, SMs: ncu | err | L2 read, slices: ncu | err |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for e in bm:
                 r = e["row"]
                 p = r["problem"]
                 if e["error"]:
                     lines.append(f"| {algo_label(r)} | {p.head_dim} | {int(p.causal)} | {p.seqlen_q} | "
-                                 f"prediction failed: {e['error']} |||||| ")
+                                 f"prediction failed: {e['error']} |||||||||| ")
                     continue
                 cells = []
-                for name in ("hbm_read", "hbm_write", "l2_read"):
+                for name in BYTE_COUNTS:
                     pv, mv, err = e[name]
-                    cells += [f"{mv / 1e6:,.1f} MB", _fmt_pct(err) if not math.isnan(err) else "–"]
+                    cells += [f"{mv / 1e6:,.1f} MB" if not math.isnan(mv) else "–",
+                              _fmt_pct(err) if not math.isnan(err) else "–"]
                 lines.append(f"| {algo_label(r)} | {p.head_dim} | {int(p.causal)} | {p.seqlen_q} | " + " | ".join(cells) + " |")
             for name, tgt in (("hbm_read", TARGETS["hbm_bytes"]), ("hbm_write", TARGETS["hbm_bytes"]),
-                              ("l2_read", TARGETS["l2_bytes"])):
+                              ("hbm_write_in_run", TARGETS["hbm_bytes"]),
+                              ("l2_read", TARGETS["l2_bytes"]), ("l2_slice_read", TARGETS["l2_bytes"])):
                 errs = [abs(e[name][2]) for e in bm if not e["error"] and not math.isnan(e[name][2])]
                 if errs:
                     within = sum(x <= tgt for x in errs)

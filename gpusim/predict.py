@@ -61,6 +61,10 @@ class Prediction:
     tflops: float | None = None
     hbm_read_bytes: int | None = None
     hbm_write_bytes: int | None = None
+    # of hbm_write_bytes, the dirty bytes L2 still holds when the run ends:
+    # they reach HBM later, outside a profiler's count of the run's own DRAM
+    # writes (ncu: fa2's O, 59.6 of 67 MB written during the kernel)
+    l2_dirty_at_end_bytes: int | None = None
     l2_hit_rate: float | None = None
     bottleneck: str | None = None
     bottleneck_share: float | None = None
@@ -134,6 +138,7 @@ def predict(problem: AttentionProblem, config: TileConfig | None, gpu, algo: str
         pred.tflops = problem.reference_flops() / result.runtime_s / 1e12
         pred.hbm_read_bytes = result.hbm_read_bytes
         pred.hbm_write_bytes = result.hbm_write_bytes
+        pred.l2_dirty_at_end_bytes = result.l2_dirty_at_end_bytes
         pred.l2_hit_rate = result.l2_hit_rate
         pred.bottleneck, pred.bottleneck_share = result.bottleneck, result.bottleneck_share
         pred.unit_busy = result.unit_busy

@@ -279,6 +279,30 @@ def test_parse_and_group_ncu():
         V.parse_ncu_raw("no csv here")
 
 
+def test_l2_reads_are_compared_at_both_ends_of_the_crossbar(tmp_path):
+    """The model's L2 reads against what the SMs received and what the L2
+    slices looked up, its HBM writes with and without what L2 holds dirty at
+    the end; a file from before the SMs' count has '–' there."""
+    head = ("case,algo,dtype,batch,heads,seqlen,head_dim,causal,block_m,block_n,num_warps,num_stages,"
+            "dram_read_bytes,dram_write_bytes,l2_read_bytes_from_sm,l2_read_bytes_all,sm_read_bytes_from_l2,status")
+    path = tmp_path / "ncu.csv"
+    path.write_text(head + "\n8,fa2,bf16,4,32,4096,64,0,128,64,4,3,200,50,600,700,1000,ok\n"
+                    "9,fa2,bf16,4,32,4096,64,1,128,64,4,3,200,50,600,700,,ok\n")
+    rows = V.load_ncu(str(path))
+    pred = {"runtime_us": 1.0, "hbm_read_bytes": 220.0, "hbm_write_bytes": 60.0, "l2_read_bytes": 1000.0,
+            "l2_dirty_at_end_bytes": 10}
+    new, old = V.byte_metrics(rows, [pred, {**pred, "l2_dirty_at_end_bytes": None}])
+    assert new["l2_read"][2] == 0.0 and new["l2_slice_read"][2] == pytest.approx(1000 / 600 - 1)
+    assert new["hbm_read"][2] == pytest.approx(0.1)
+    # HBM writes: all of them, and those before the run ended (L2's dirty bytes left out)
+    assert new["hbm_write"][2] == pytest.approx(0.2) and new["hbm_write_in_run"][2] == 0.0
+    assert math.isnan(old["hbm_write_in_run"][2])
+    assert math.isnan(old["l2_read"][2]) and old["l2_slice_read"][2] == pytest.approx(1000 / 600 - 1)
+    path.write_text(head + "\n8,fa2,bf16,4,32,4096,64,0,128,64,4,3,200,50,600,700,lots,ok\n")
+    with pytest.raises(ResultsFileError, match="sm_read_bytes_from_l2"):
+        V.load_ncu(str(path))
+
+
 def test_suite_covers_the_issue():
     cases = V.suite_cases()
     algos = {(a, p.dtype) for a, p, _, _ in cases}

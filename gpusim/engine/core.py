@@ -114,13 +114,14 @@ class SimResult:
     requested_bytes: int
     store_bytes: int
     hbm_read_bytes: int
-    hbm_write_bytes: int
+    hbm_write_bytes: int          # everything the run writes, its dirty lines in L2 at the end included
     l2_hit_rate: float
     unit_busy: dict[str, float]
     bottleneck: str
     bottleneck_share: float
     launches: list[LaunchResult] = field(default_factory=list)
     events: int = 0
+    l2_dirty_at_end_bytes: int = 0  # ... of which L2 still held this much dirty when it ended
 
 
 def bottleneck_of(busy: dict[str, float]) -> tuple[str, float]:
@@ -1110,7 +1111,7 @@ class Engine:
 
         busy0 = self._busy_snapshot()
         self.env.run_until_processed(self.env.process(main()))
-        self.mem.flush()
+        dirty_at_end = self.mem.flush()
         runtime = self.env.now
         busy = self._busy_fractions(busy0, runtime)
         unit, share = bottleneck_of(busy)
@@ -1121,6 +1122,7 @@ class Engine:
                          store_bytes=int(round(self.totals[STORE] + self.totals[SCRATCH])),
                          hbm_read_bytes=hbm_read,
                          hbm_write_bytes=hbm_write,
+                         l2_dirty_at_end_bytes=dirty_at_end,
                          # (a skip cut short has passed its whole chunk through L2 already, and the
                          # iterations timed again after it can miss once more: where nearly every
                          # load misses, the misses can pass the requests)

@@ -77,6 +77,10 @@ def _gemm_launch(name, p, cfg, m_rows, n_cols, red_len, block_n, block_k,
     tm, tn, tk = cdiv(m_rows, bm), cdiv(n_cols, block_n), cdiv(red_len, block_k)
     per_head = tm * tn
     bh = p.batch * p.heads
+    # B's copies, (batch, head, column block, k) -> Load, built once for the
+    # launch: a head's row blocks all stream them, and the engine replays
+    # them for every skipped step (PV at N = 16384: 524k steps)
+    b_loads: dict = {}
 
     def program(cta: int) -> CtaProgram:
         t, pair = cta % per_head, cta // per_head
@@ -87,8 +91,10 @@ def _gemm_launch(name, p, cfg, m_rows, n_cols, red_len, block_n, block_k,
 
         def loads_of(k: int):
             depth = min(block_k, red_len - k * block_k)
-            return [Load(a_tile(b, h, m, k), rows * depth * e),
-                    Load(b_tile(b, h, n, k), cols * depth * e)]
+            b_load = b_loads.get((b, h, n, k))
+            if b_load is None:
+                b_load = b_loads[b, h, n, k] = Load(b_tile(b, h, n, k), cols * depth * e)
+            return [Load(a_tile(b, h, m, k), rows * depth * e), b_load]
 
         def compute_of(k: int):
             # one product left running (Triton 3.6, sm_90 TTGIR: warp_group_dot,
@@ -124,17 +130,22 @@ def _qk_rows_launch(p: AttentionProblem, cfg: TileConfig) -> Launch:
     tm, tn = cdiv(p.seqlen_q, bm), cdiv(p.seqlen_kv, bn)
     bh = p.batch * p.heads
     kvh = p.kv_head_of
+    k_loads: dict = {}      # (batch, K/V head, block) -> [Load]: a head's K copies, built once
 
     def program(cta: int) -> CtaProgram:
         m, pair = cta % tm, cta // tm
         b, h = divmod(pair, p.heads)
+        g = kvh(h)
         rows = min(bm, p.seqlen_q - m * bm)
 
         def cols(j: int) -> int:
             return min(bn, p.seqlen_kv - j * bn)
 
         def loads_of(j: int):
-            return [Load(Tile("K", b, kvh(h), j), cols(j) * d * e)]
+            loads = k_loads.get((b, g, j))
+            if loads is None:
+                loads = k_loads[b, g, j] = [Load(Tile("K", b, g, j), cols(j) * d * e)]
+            return loads
 
         def store_of(j: int):
             return [Store(Tile("S", b, h, m, j), rows * cols(j) * e)]

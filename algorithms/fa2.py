@@ -223,6 +223,10 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
     # engine replays them for every skipped step (built per step, they took a
     # fifth of a 16k prediction)
     kv_loads: dict = {}
+    # ... and a head's whole K/V loops, one sequence its Q blocks' CTAs share
+    # where their loops cover the same blocks (pipelined_loop's `share`);
+    # spilling loops hold their CTA's own stack tiles
+    kv_loops: dict = {}
 
     def program(cta: int) -> CtaProgram:
         qb, b, h, kvh, rows_q, trips = locate_q_block(p, cfg, cta)
@@ -283,6 +287,7 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
             def key_of(j: int):
                 return block_is_masked(p, cfg, qb, j), min(bn, p.seqlen_kv - j * bn)
 
+            share = None if spilling else (kv_loops, (b, kvh, col, 0))
             q_tile = part(Tile("Q", b, h, qb), rows_q * d * e, k)
             if tma:   # a descriptor load: the copy signals an mbarrier the warps wait on
                 bring_q = [Load(*q_tile, TMA, (f"q.{k}",)), Wait(f"q.{k}")]
@@ -296,14 +301,15 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
             items = [*setup, *before, *bring_q,
                      *pipelined_loop("kv", n_full, loads_of, compute_of, cfg.num_stages, key_of,
                                      spill_traffic if spilling else None, role=k, roles=roles,
-                                     engine=variant.engine),
+                                     engine=variant.engine, share=share),
                      MmaWait(0),                                     # the first loop's last P V
                      *between,
                      *pipelined_loop("kv_masked", trips - n_full, lambda j: loads_of(n_full + j),
                                      lambda j: compute_of(n_full + j), cfg.num_stages,
                                      lambda j: key_of(n_full + j),
                                      (lambda j: spill_traffic(n_full + j)) if spilling else None,
-                                     role=k, roles=roles, engine=variant.engine),
+                                     role=k, roles=roles, engine=variant.engine,
+                                     share=(kv_loops, (b, kvh, col, n_full)) if share else None),
                      MmaWait(0),                                     # the last P V
                      *after,
                      Alu(bm * d * ALU_EPILOGUE_PER_OUT // roles),

@@ -27,7 +27,7 @@ from .errors import InvalidConfig
 from .fa2 import (ALU_EPILOGUE_PER_OUT, ALU_PER_ACC, ALU_PER_MASKED_SCORE, ALU_PER_SCORE,
                   block_is_masked, cta_cost_key, locate_q_block)
 from .ops import (TMA, Alu, Arrive, Exp, Item, Load, Loop, Mma, MmaWait, StepLatency, Store, Tile,
-                  Wait)
+                  Wait, shared_accesses)
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule,
                        head_layout)
@@ -98,6 +98,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     # stream them, and the engine replays them for skipped steps and ghost
     # CTAs (built per step, they took half of a 16k prediction)
     kv_loads: dict = {}
+    kv_loops: dict = {}     # (batch, K/V head, trips) -> a producer loop's loads, shared (Loop.accesses)
 
     def program(cta: int) -> CtaProgram:
         qb, b, h, kvh, rows_q, trips = locate_q_block(p, cfg, launch_order(cta))
@@ -121,7 +122,8 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
 
         producer = Role("producer", WARPS_PER_WARPGROUP, (
             Load(Tile("Q", b, h, qb), rows_q * d * e, TMA, signal=full("q_full")),
-            Loop("kv", trips, produce, load_key, memory=loads)))
+            Loop("kv", trips, produce, load_key, memory=loads,
+                 accesses=shared_accesses(kv_loops, (b, kvh, trips), loads, trips))))
 
         def no_accesses(_k: int) -> tuple:
             return ()   # a consumer's loop reads SMEM only

@@ -199,9 +199,26 @@ class Loop:
     # cheaper way to them than body(i) for the engine, which passes skipped
     # iterations' tiles through L2. None: filter body(i).
     memory: Callable[[int], Sequence["Item"]] | None = None
+    # accesses(): every iteration's memory(i) in order, as one sequence that
+    # loops of other CTAs touching the same tiles in the same order share
+    # (shared_accesses); the engine replays a ghost CTA's loop from it.
+    accesses: Callable[[], Sequence["Item"]] | None = None
 
 
 Item = Union[Op, Loop]
+
+
+def shared_accesses(cache: dict, key, memory: Callable[[int], Sequence[Item]], trips: int):
+    """A Loop's `accesses`: memory(0..trips-1) chained, built once under `key`
+    in `cache` (a launch's dict) for every loop that touches the same tiles
+    in the same order -- the K/V loops of a head's Q blocks, say. key must
+    tell such loops apart from all others of the launch."""
+    def accesses() -> Sequence[Item]:
+        ops = cache.get(key)
+        if ops is None:
+            ops = cache[key] = tuple(op for i in range(trips) for op in memory(i))
+        return ops
+    return accesses
 
 
 def walk(items: Sequence[Item]):

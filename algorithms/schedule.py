@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from .ops import CP_ASYNC, LD, Arrive, Item, Load, Loop, Op, Wait
+from .ops import CP_ASYNC, LD, Arrive, Item, Load, Loop, Op, Wait, shared_accesses
 from .problem import ACC_BYTES, AttentionProblem, TileConfig
 
 
@@ -106,6 +106,7 @@ def pipelined_loop(
     role: int = 0,
     roles: int = 1,
     engine: str = CP_ASYNC,
+    share: tuple[dict, object] | None = None,
 ) -> list[Item]:
     """A loop whose loads run ahead of its compute, as Triton's software
     pipeliner arranges it with cp.async (num_stages buffers).
@@ -127,6 +128,10 @@ def pipelined_loop(
 
     engine: the copies' engine, cp.async or TMA (Triton's descriptor loads,
     pipelined the same way).
+
+    share: (a launch's dict, a key) where other CTAs run loops over the same
+    tiles: loops whose keys, names, trips and stages are equal share one
+    Loop.accesses sequence (ops.shared_accesses).
 
     roles > 1: this is role `role` of `roles` warpgroups sharing the loop (fa2
     with 8 warps). Every thread copies its part of each tile, so loads_of(i)
@@ -182,7 +187,11 @@ def pipelined_loop(
         ahead = loads_of(i + lookahead) if i + lookahead < trips else ()
         return [*compute_memory(i), *ahead] if compute_memory else ahead
 
-    return [*prologue, Loop(name, trips, body, key if key_of else None, memory=memory)]
+    accesses = None
+    if share is not None:
+        cache, tiles = share
+        accesses = shared_accesses(cache, (name, trips, stages, tiles), memory, trips)
+    return [*prologue, Loop(name, trips, body, key if key_of else None, memory=memory, accesses=accesses)]
 
 
 def head_layout(grid_per_head: int, heads_total: int, key: Callable[[int], object] | None = None):

@@ -5,6 +5,8 @@ import algorithms
 from algorithms.accounting import count
 from algorithms.fa1 import last_kv_block, paper_block_sizes
 from algorithms.compiled import fa2_spills
+from algorithms.errors import GpusimError
+from algorithms.ops import Loop
 from algorithms import standard
 from algorithms.fa2 import kv_trips
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
@@ -228,3 +230,30 @@ def test_fa3_causal_launches_each_heads_heaviest_q_block_first():
     for head in range(p.batch * p.heads):
         trips = [visits(head * n_qb + t) for t in range(n_qb)]
         assert trips == sorted(trips, reverse=True) and trips[0] > trips[-1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=problems(), cfg=configs(), warps=st.sampled_from([4, 8]),
+       algo=st.sampled_from(["fa2", "fa3", "fa3_triton"]))
+def test_shared_loop_accesses_are_the_loops_own(p, cfg, warps, algo):
+    """A loop's shared whole-loop accesses (Loop.accesses, what the engine
+    replays for ghost CTAs) are its iterations' memory(i) in order, even when
+    another CTA's loop built them; without causal a head's Q blocks share
+    them."""
+    cfg = TileConfig(block_m=cfg.block_m, block_n=cfg.block_n, num_warps=warps if algo != "fa3" else 12,
+                     num_stages=max(2, cfg.num_stages))
+    try:
+        launch = algorithms.build(algo, p, cfg).launches[0]
+    except GpusimError:
+        return      # a config the algorithm refuses (SMEM, tile shape)
+    seen = {}
+    for cta in range(launch.grid):
+        for role in launch.program(cta).roles:
+            for item in role.items:
+                if isinstance(item, Loop) and item.accesses is not None:
+                    own = tuple(op for i in range(item.trips) for op in item.memory(i))
+                    shared = item.accesses()
+                    assert tuple(shared) == own
+                    seen.setdefault(id(shared), set()).add(cta)
+    if not p.causal and p.seqlen_q > 2 * cfg.block_m and seen:
+        assert max(len(ctas) for ctas in seen.values()) > 1

@@ -1283,7 +1283,9 @@ def _accesses(items):
     for item in items:
         kind = item.__class__
         if kind is Loop:
-            if item.memory is not None:
+            if item.accesses is not None:
+                yield from item.accesses()
+            elif item.memory is not None:
                 yield from chain.from_iterable(map(item.memory, range(item.trips)))
             else:
                 for i in range(item.trips):

@@ -857,6 +857,20 @@ def ranking_summary(ranking):
             "top1_loss_mean": sum(losses) / len(losses)}
 
 
+def errors_by(rows, preds, group):
+    """{group(row, prediction): (rows, mean signed error, MAPE)} over the
+    predicted rows, groups in sorted order; group returns None to leave a
+    row out. Errors are (predicted − measured) / measured."""
+    acc: dict = {}
+    for r, pr in zip(rows, preds):
+        if pr is None or pr.get("runtime_us") is None:
+            continue
+        g = group(r, pr)
+        if g is not None:
+            acc.setdefault(g, []).append((pr["runtime_us"] / 1e3 - r["ms"]) / r["ms"])
+    return {g: (len(e), sum(e) / len(e), sum(map(abs, e)) / len(e)) for g, e in sorted(acc.items())}
+
+
 BYTE_COUNTS = ("hbm_read", "hbm_write", "hbm_write_in_run", "l2_read", "l2_slice_read")
 
 
@@ -1084,6 +1098,19 @@ def cmd_report(args) -> int:
         for (a, d, c), byn in sorted(groups.items()):
             cells = [(f"{100 * byn[n]:+.0f}%" if n in byn else "–") for n in SEQLENS]
             lines.append(f"| {a} | {d} | {c} | " + " | ".join(cells) + " |")
+        lines.append("")
+        # which unit the model said bounds a row, and fa2's config shape: where
+        # the model runs fast or slow (validation_notes.md reads these)
+        lines += ["Error by the model's bottleneck:", "",
+                  "| algorithm | bottleneck | rows | mean signed error | MAPE |", "|---|---|---|---|---|"]
+        for (a, b), (n, bias, mape) in errors_by(rows, preds, lambda r, pr: (algo_label(r), pr.get("bottleneck") or "–")).items():
+            lines.append(f"| {a} | {b} | {n} | {100 * bias:+.1f}% | {_fmt_pct(mape)} |")
+        lines += ["", "fa2's error by config over all shapes (block_m x block_n x warps x stages):", "",
+                  "| config | rows | mean signed error | MAPE |", "|---|---|---|---|"]
+        for cfg, (n, bias, mape) in errors_by(
+                rows, preds, lambda r, pr: (r["config"].block_m, r["config"].block_n, r["config"].num_warps,
+                                            r["config"].num_stages) if algo_label(r) == "fa2" else None).items():
+            lines.append(f"| {'x'.join(map(str, cfg))} | {n} | {100 * bias:+.1f}% | {_fmt_pct(mape)} |")
         lines.append("")
         worst = sorted(((abs(pr["runtime_us"] / 1e3 - r["ms"]) / r["ms"], r, pr) for r, pr in zip(rows, preds)
                         if pr.get("runtime_us") is not None), key=lambda t: -t[0])[:8]

@@ -303,6 +303,17 @@ def test_l2_reads_are_compared_at_both_ends_of_the_crossbar(tmp_path):
         V.load_ncu(str(path))
 
 
+def test_errors_by_group_mean_and_mape():
+    rows = [{"ms": 1.0, "g": "a"}, {"ms": 2.0, "g": "a"}, {"ms": 1.0, "g": "b"}, {"ms": 1.0, "g": "c"}]
+    preds = [{"runtime_us": 1100.0}, {"runtime_us": 1800.0}, {"runtime_us": 500.0}, {"runtime_us": None}]
+    out = V.errors_by(rows, preds, lambda r, pr: r["g"] if r["g"] != "b" or pr else None)
+    assert list(out) == ["a", "b"]
+    n, bias, mape = out["a"]
+    assert n == 2 and bias == pytest.approx(0.0) and mape == pytest.approx(0.1)
+    assert out["b"] == (1, pytest.approx(-0.5), pytest.approx(0.5))
+    assert V.errors_by(rows, preds, lambda r, pr: None) == {}
+
+
 def test_suite_covers_the_issue():
     cases = V.suite_cases()
     algos = {(a, p.dtype) for a, p, _, _ in cases}

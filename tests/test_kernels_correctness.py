@@ -196,6 +196,27 @@ def test_fa3_fp8_on_outlier_inputs(causal):
     assert rmse <= 3e-2, f"fp8 RMSE {rmse:.3e} > 3e-2, seed={seed}"
 
 
+@pytest.mark.skipif(not HOPPER, reason="fp8 forward needs a Hopper GPU (sm_90)")
+@pytest.mark.parametrize("causal", [False, True])
+def test_fa3_fp8_scales_of_any_sign(causal):
+    """A caller's scales need not be positive: K negated with its scales
+    negated is the same K, and the output must not change (the kernel
+    descales S before its row max)."""
+    from kernels import fa3
+
+    seed = _seed()
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, 4, 300, 64, generator=gen).to("cuda", torch.bfloat16) for _ in range(3))
+    cfg = TileConfig(block_m=128, block_n=64, num_warps=8, num_stages=2)
+    q8, qs = fa3.quantize_fp8(q, cfg.block_m)
+    k8, ks = fa3.quantize_fp8(k, cfg.block_n)
+    v8, vs = fa3.quantize_fp8(v, cfg.block_n, transpose=True)
+    o = fa3.forward_fp8(q8, k8, v8, causal=causal, config=cfg, scales=(qs, ks, vs))
+    flipped = fa3.forward_fp8(q8, (-k8.float()).to(k8.dtype), v8, causal=causal, config=cfg,
+                              scales=(qs, -ks, vs))
+    assert torch.equal(o, flipped), f"seed={seed}: max |diff| {(o.float() - flipped.float()).abs().max():.3e}"
+
+
 def _gluon_hopper():
     if not HOPPER:
         return False

@@ -27,6 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from experiments.ncu_counters import second_launch  # noqa: E402
 from kernels.provenance import provenance, write_csv_atomic  # noqa: E402
 
 # Counters by the stage of the path they count, where this ncu has them
@@ -102,16 +103,7 @@ def main(argv=None) -> int:
     rows = []
     for index, algo, p, cfg in cases():
         kernel = "_fa2_fwd" if algo == "fa2" else "_fa3_fwd"
-        cmd = [ncu, "--clock-control", "none", "--kernel-name", f"regex:{kernel}", "--launch-skip", "1",
-               "--launch-count", "1", "--metrics", ",".join(metrics), "--csv", "--page", "raw",
-               sys.executable, os.path.abspath(__file__), "--target", str(index)]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        lines = [ln for ln in out.stdout.splitlines() if ln.startswith('"')]
-        if len(lines) < 3:
-            print(out.stdout[-2000:], out.stderr[-2000:], file=sys.stderr)
-            raise SystemExit(f"ncu gave no counters for case {index} ({algo})")
-        header, units, values = (next(csv.reader([ln])) for ln in lines[:3])
-        got = {hd: (val, unit) for hd, unit, val in zip(header, units, values) if hd in metrics}
+        got = second_launch(os.path.abspath(__file__), str(index), kernel, metrics)
         row = {"case": index, "algo": "fa3_triton" if algo == "fa3" else algo, "batch": p.batch,
                "heads": p.heads, "seqlen": p.seqlen_q, "head_dim": p.head_dim, "causal": int(p.causal),
                "block_m": cfg.block_m, "block_n": cfg.block_n, "num_warps": cfg.num_warps,

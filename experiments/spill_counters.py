@@ -11,14 +11,12 @@ No simulator import (runs where simpy is absent).
 from __future__ import annotations
 
 import argparse
-import csv
 import os
-import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from experiments.ncu_counters import second_launch  # noqa: E402
 from kernels.provenance import provenance, write_csv_atomic  # noqa: E402
 
 SHAPE = dict(batch=4, heads=16, seqlen=4096, head_dim=128)
@@ -56,21 +54,11 @@ def main(argv=None) -> int:
     if a.target:
         target(a.target)
         return 0
-    ncu = shutil.which("ncu") or "ncu"
     rows = []
     for bm, bn, w, s, causal in CONFIGS:
         spec = f"{bm}x{bn}x{w}x{s}x{causal}"
         # the second launch of _fa2_fwd is the measured one (the first compiles)
-        cmd = [ncu, "--clock-control", "none", "--kernel-name", "regex:_fa2_fwd", "--launch-skip", "1",
-               "--launch-count", "1", "--metrics", ",".join(METRICS), "--csv", "--page", "raw",
-               sys.executable, os.path.abspath(__file__), "--target", spec]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        lines = [ln for ln in out.stdout.splitlines() if ln.startswith('"')]
-        if len(lines) < 3:
-            print(out.stdout[-2000:], out.stderr[-2000:], file=sys.stderr)
-            raise SystemExit(f"ncu gave no metrics for {spec}")
-        header, units, values = (next(csv.reader([ln])) for ln in lines[:3])
-        got = {hd: (val, unit) for hd, unit, val in zip(header, units, values) if hd in METRICS}
+        got = second_launch(os.path.abspath(__file__), spec, "_fa2_fwd", METRICS)
         row = {"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": s, **SHAPE, "causal": causal}
         for m in METRICS:
             row[m], row[m + ".unit"] = got.get(m, ("", ""))

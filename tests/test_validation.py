@@ -110,14 +110,20 @@ def test_compute_metrics_groups_by_algo_and_shape():
     assert gm["mape.fa2"] == pytest.approx(0.10) and gm["unpredicted_rows"] == 1.0
 
 
-def test_reuse_predicts_only_the_rows_the_saved_file_lacks(tmp_path, monkeypatch):
-    """report --reuse-predictions: the saved lines are reused and keep their
-    commit; a row whose line was deleted is predicted again, alone."""
+def _fa2_rows_by_block_n(block_ns=(32, 64, 128)):
+    """Measured-row stand-ins of one shape, fa2 64xN for each N (the saved
+    predictions' key holds block_n as its 9th field)."""
     from algorithms.problem import AttentionProblem, TileConfig
 
     p = AttentionProblem(batch=16, heads=16, seqlen_q=1024, head_dim=128)
-    rows = [{"algo": "fa2", "problem": p, "config": TileConfig(block_m=64, block_n=bn), "ms": 1.0}
-            for bn in (32, 64, 128)]
+    return [{"algo": "fa2", "problem": p, "config": TileConfig(block_m=64, block_n=bn), "ms": 1.0}
+            for bn in block_ns]
+
+
+def test_reuse_predicts_only_the_rows_the_saved_file_lacks(tmp_path, monkeypatch):
+    """report --reuse-predictions: the saved lines are reused and keep their
+    commit; a row whose line was deleted is predicted again, alone."""
+    rows = _fa2_rows_by_block_n()
     asked = []
 
     def fake_predict(rs, gpu, jobs=1, checkpoint=None):
@@ -147,11 +153,7 @@ def test_a_run_stopped_mid_way_keeps_its_checkpointed_predictions(tmp_path, monk
     """A report killed at a time limit after a checkpoint leaves the rows
     predicted so far in the file; the next --reuse-predictions run predicts
     only the others."""
-    from algorithms.problem import AttentionProblem, TileConfig
-
-    p = AttentionProblem(batch=16, heads=16, seqlen_q=1024, head_dim=128)
-    rows = [{"algo": "fa2", "problem": p, "config": TileConfig(block_m=64, block_n=bn), "ms": 1.0}
-            for bn in (32, 64, 128)]
+    rows = _fa2_rows_by_block_n()
     asked = []
 
     def killed_after_two(rs, gpu, jobs=1, checkpoint=None):

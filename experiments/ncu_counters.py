@@ -1,0 +1,32 @@
+"""Nsight Compute counters of one kernel launch, for the probes that read a
+few counters per case (spill_counters.py, l2_request_probe.py): ncu with
+`--clock-control none` (the machine's clocks are never changed) runs a script
+with its own target argument, skips the kernel's first launch (it compiles)
+and reads the second.
+
+No simulator import (runs on the GPU machine).
+"""
+from __future__ import annotations
+
+import csv
+import shutil
+import subprocess
+import sys
+
+
+def second_launch(script: str, target: str, kernel_regex: str, metrics: list[str]) -> dict:
+    """{counter: (value, unit)} of the second launch of the kernel matching
+    kernel_regex that `python script --target target` makes; counters ncu
+    does not report are left out. Ends the run with ncu's output when it
+    reports nothing."""
+    ncu = shutil.which("ncu") or "ncu"
+    cmd = [ncu, "--clock-control", "none", "--kernel-name", f"regex:{kernel_regex}", "--launch-skip", "1",
+           "--launch-count", "1", "--metrics", ",".join(metrics), "--csv", "--page", "raw",
+           sys.executable, script, "--target", target]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith('"')]
+    if len(lines) < 3:
+        print(out.stdout[-2000:], out.stderr[-2000:], file=sys.stderr)
+        raise SystemExit(f"ncu gave no counters for {script} --target {target}")
+    header, units, values = (next(csv.reader([ln])) for ln in lines[:3])
+    return {hd: (val, unit) for hd, unit, val in zip(header, units, values) if hd in metrics}

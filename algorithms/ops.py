@@ -201,24 +201,50 @@ class Loop:
     memory: Callable[[int], Sequence["Item"]] | None = None
     # accesses(): every iteration's memory(i) in order, as one sequence that
     # loops of other CTAs touching the same tiles in the same order share
-    # (shared_accesses); the engine replays a ghost CTA's loop from it.
-    accesses: Callable[[], Sequence["Item"]] | None = None
+    # (shared_accesses); the engine replays a ghost CTA's loop, and a skipped
+    # run of iterations (accesses.window), from it.
+    accesses: "SharedAccesses | None" = None
 
 
 Item = Union[Op, Loop]
 
 
-def shared_accesses(cache: dict, key, memory: Callable[[int], Sequence[Item]], trips: int):
-    """A Loop's `accesses`: memory(0..trips-1) chained, built once under `key`
-    in `cache` (a launch's dict) for every loop that touches the same tiles
-    in the same order -- the K/V loops of a head's Q blocks, say. key must
-    tell such loops apart from all others of the launch."""
-    def accesses() -> Sequence[Item]:
-        ops = cache.get(key)
-        if ops is None:
-            ops = cache[key] = tuple(op for i in range(trips) for op in memory(i))
-        return ops
-    return accesses
+class SharedAccesses:
+    """A Loop's `accesses`, shared: memory(0..trips-1) chained, built once
+    under `key` in `cache` (a launch's dict) for every loop that touches the
+    same tiles in the same order -- the K/V loops of a head's Q blocks, say.
+    key must tell such loops apart from all others of the launch. Calling it
+    gives the whole sequence; window(first, count) the accesses of
+    iterations first .. first + count - 1 alone, a slice of it (the engine
+    replays a skipped run of iterations from it without rebuilding them)."""
+
+    __slots__ = ("cache", "key", "memory", "trips")
+
+    def __init__(self, cache: dict, key, memory: Callable[[int], Sequence[Item]], trips: int):
+        self.cache, self.key, self.memory, self.trips = cache, key, memory, trips
+
+    def _built(self) -> tuple[tuple, list[int]]:
+        built = self.cache.get(self.key)
+        if built is None:
+            ops: list = []
+            offsets = [0]      # offsets[i]: where iteration i's accesses start
+            for i in range(self.trips):
+                ops += self.memory(i)
+                offsets.append(len(ops))
+            built = self.cache[self.key] = (tuple(ops), offsets)
+        return built
+
+    def __call__(self) -> Sequence[Item]:
+        return self._built()[0]
+
+    def window(self, first: int, count: int) -> Sequence[Item]:
+        ops, offsets = self._built()
+        return ops[offsets[first]:offsets[first + count]]
+
+
+def shared_accesses(cache: dict, key, memory: Callable[[int], Sequence[Item]], trips: int) -> SharedAccesses:
+    """A Loop's `accesses` shared by the loops built under `key` (SharedAccesses)."""
+    return SharedAccesses(cache, key, memory, trips)
 
 
 def walk(items: Sequence[Item]):

@@ -237,7 +237,8 @@ def test_fa3_causal_launches_each_heads_heaviest_q_block_first():
        algo=st.sampled_from(["fa2", "fa3", "fa3_triton"]))
 def test_shared_loop_accesses_are_the_loops_own(p, cfg, warps, algo):
     """A loop's shared whole-loop accesses (Loop.accesses, what the engine
-    replays for ghost CTAs) are its iterations' memory(i) in order, even when
+    replays for ghost CTAs, and a window of it for a skipped run of
+    iterations) are its iterations' memory(i) in order, even when
     another CTA's loop built them; without causal a head's Q blocks share
     them."""
     cfg = TileConfig(block_m=cfg.block_m, block_n=cfg.block_n, num_warps=warps if algo != "fa3" else 12,
@@ -254,6 +255,10 @@ def test_shared_loop_accesses_are_the_loops_own(p, cfg, warps, algo):
                     own = tuple(op for i in range(item.trips) for op in item.memory(i))
                     shared = item.accesses()
                     assert tuple(shared) == own
+                    # a skipped run's window is its iterations' own accesses
+                    first, count = item.trips // 3, (item.trips + 1) // 2
+                    assert tuple(item.accesses.window(first, count)) == tuple(
+                        op for i in range(first, first + count) for op in item.memory(i))
                     seen.setdefault(id(shared), set()).add(cta)
     if not p.causal and p.seqlen_q > 2 * cfg.block_m and seen:
         assert max(len(ctas) for ctas in seen.values()) > 1

@@ -254,6 +254,8 @@ class Engine:
         self._mma_rates: dict[tuple, float] = {}
         self._wgmma_smem: dict[tuple, float] = {}
         self._mma_cost_cache: dict[tuple, tuple[float, float]] = {}
+        # a shared access sequence's loads, by the sequence (_ghost_load_segments)
+        self._shared_loads: dict[int, tuple] = {}
         self.totals = [0.0] * N_COUNTERS
         self.events = 0
         self._ops = {Mma: self._mma, Load: self._load, Store: self._store, Exp: self._exp,
@@ -696,9 +698,12 @@ class Engine:
         returns the missed bytes. Only for loops that declare their accesses
         (Loop.memory: the pipelined K/V and GEMM loops, whose tiles other
         CTAs share, and FA1's loops, whose running O/l/m a CTA rewrites)."""
-        memory = loop.memory
         now = self.env.now
-        missed = self.mem.touch(now, until, chain.from_iterable(map(memory, range(first, first + count))))
+        if loop.accesses is not None:   # a slice of the shared sequence, not rebuilt
+            accesses = loop.accesses.window(first, count)
+        else:
+            accesses = chain.from_iterable(map(loop.memory, range(first, first + count)))
+        missed = self.mem.touch(now, until, accesses)
         self.mem.hbm.add_background(now, until, missed * self.mem.hbm_s_per_byte)
         return missed
 
@@ -1008,22 +1013,79 @@ class Engine:
         (Each CTA cut into the pieces instead, a batch of a thousand short
         CTAs read all its rows in one piece, a burst eight times their
         rate.)"""
-        pieces: list[list] = [[] for _ in range(REPLAY_CHUNKS)]
-        load = Load
+        # Each piece: tile -> load, in the order the tiles first come up (a
+        # tile the batch's CTAs share is touched once a piece: the first
+        # fetches it, the others would only refresh it; fa2 N16k: a K/V tile
+        # comes up 2-10 times a piece).
+        pieces: list[dict] = [{} for _ in range(REPLAY_CHUNKS)]
+        # The CTAs of a head stream one shared K/V sequence (Loop.accesses).
+        # Where a CTA's loads lie out as an earlier one's -- as many, the same
+        # shared sequences at the same places -- its pieces hold the same
+        # slices of them, whose tiles are in already: only its own loads (its
+        # Q tile) can add to its pieces, in their order, so only they are
+        # visited (a 64x32 fa2 CTA at N = 16k has 2048 shared loads, 1 own).
+        laid_out: set = set()
+        bounds = [0] * REPLAY_CHUNKS
         for index in ctas:
             for role in launch.program(index).roles:
-                ops = [op for op in _accesses(role.items) if op.__class__ is load]
-                n = len(ops)
+                segments, n = self._ghost_load_segments(role.items)
+                layout = (n, tuple((id(seq), at) for seq, at, shared in segments if shared))
+                for c in range(REPLAY_CHUNKS):
+                    bounds[c] = n * c // REPLAY_CHUNKS
+                if layout in laid_out:
+                    c = 0
+                    for seq, at, shared in segments:
+                        if shared:
+                            continue
+                        for k, op in enumerate(seq, at):
+                            while c + 1 < REPLAY_CHUNKS and bounds[c + 1] <= k:
+                                c += 1
+                            pieces[c][op.tile] = op
+                    continue
+                laid_out.add(layout)
+                ops = [op for seq, _, _ in segments for op in seq] if len(segments) > 1 else segments[0][0]
                 for c, piece in enumerate(pieces):
-                    piece += ops[n * c // REPLAY_CHUNKS:n * (c + 1) // REPLAY_CHUNKS]
+                    for op in ops[bounds[c]:n * (c + 1) // REPLAY_CHUNKS]:
+                        piece[op.tile] = op
         step, stored = duration / REPLAY_CHUNKS, stored / REPLAY_CHUNKS
-        for c, piece in enumerate(pieces):
-            # a tile the batch's CTAs share once a piece: the first fetches
-            # it, the others would only refresh it (fa2 N16k: a K/V tile
-            # comes up 2-10 times a piece)
-            piece = list({op.tile: op for op in piece}.values())
+        for c, tiles in enumerate(pieces):
+            piece = list(tiles.values())
             t = start + c * step
             self.env.call_at(t, lambda _event, piece=piece, t=t: self._replay_piece(piece, t, t + step, stored))
+
+    def _ghost_load_segments(self, items) -> tuple[list, int]:
+        """A role program's Loads in program order (_accesses, Stores left
+        out), as segments (loads, where they start, whether shared): a loop's
+        shared access sequence filtered once for every CTA that shares it
+        (kept per sequence), the rest as the role's own. Returns the
+        segments and the number of loads."""
+        segments: list = []
+        own: list = []
+        n = 0
+        shared_loads = self._shared_loads
+        for item in items:
+            kind = item.__class__
+            if kind is Loop and item.accesses is not None:
+                seq = item.accesses()
+                hit = shared_loads.get(id(seq))
+                if hit is None or hit[0] is not seq:
+                    hit = shared_loads[id(seq)] = (seq, tuple(op for op in seq if op.__class__ is Load))
+                loads = hit[1]
+                if own:
+                    segments.append((own, n, False))
+                    n += len(own)
+                    own = []
+                if loads:
+                    segments.append((loads, n, True))
+                    n += len(loads)
+            elif kind is Loop:
+                own += [op for op in _accesses((item, )) if op.__class__ is Load]
+            elif kind is Load:
+                own.append(item)
+        if own or not segments:
+            segments.append((own, n, False))
+            n += len(own)
+        return segments, n
 
     def _replay_piece(self, piece, now: float, until: float, stored: float) -> None:
         missed = self.mem.touch(now, until, piece)

@@ -147,15 +147,11 @@ def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
 @dataclass(frozen=True)
 class Variant:
     """How a kernel with fa2's structure is built: the schedule's and the
-    launch's names, the copy engine filling its K/V ring (and bringing Q),
-    and, for Triton's fp8 fa3, one loop over blocks that are all masked
-    whose P V each step waits for (it descales the product before adding it
-    to O)."""
+    launch's names, the copy engine filling its K/V ring (and bringing Q)."""
 
     name: str = "fa2"
     launch: str = "fa2_fwd"
     engine: str = CP_ASYNC
-    fp8_steps: bool = False
     # TMA descriptors a CTA builds on the device before its first copy
     # (Triton's tl.make_tensor_descriptor; none for cp.async)
     device_descriptors: int = 0
@@ -230,8 +226,7 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
 
     def program(cta: int) -> CtaProgram:
         qb, b, h, kvh, rows_q, trips = locate_q_block(p, cfg, cta)
-        # Triton's fp8 fa3 has one loop, every block masked
-        n_full = 0 if variant.fp8_steps else first_masked_block(p, cfg, qb, trips)
+        n_full = first_masked_block(p, cfg, qb, trips)
         # Spilled registers live in the CTA's local memory (its threads'
         # stacks), which L1 keeps poorly: ncu counts 0.5% (128x128 w4), 12-20%
         # (128x64 w4, 2 stages: two CTAs an SM) and 40-65% (3-4 stages: one)
@@ -268,15 +263,10 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
                 return ops
 
             def compute_of(j: int):
-                masked = variant.fp8_steps or block_is_masked(p, cfg, qb, j)
-                # the fp8 kernel's one loop is its first (kernels/sass.py)
-                per_warp = compiled.issue_masked if masked and not variant.fp8_steps else compiled.issue
+                masked = block_is_masked(p, cfg, qb, j)
+                per_warp = compiled.issue_masked if masked else compiled.issue
                 step = step_ops(p.dtype, cfg.mma, role_rows, bn, d, reps, masked,
                                 None if per_warp is None else per_warp * lanes)
-                if variant.fp8_steps:
-                    # O = O·alpha + (P V)·s_v needs P V now (SASS: a
-                    # WARPGROUP.DEPBAR right after the product)
-                    step = [*step, MmaWait(0)]
                 if not spilling:
                     return step
                 # registers spilled and reloaded: not while P V still owns its

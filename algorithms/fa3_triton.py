@@ -15,10 +15,10 @@ kernel (SASS of 128x128, 8 warps, 2 stages, D = 64 and 128):
 - the launch has num_warps - 4 warps when the config counts FA3's producer
   warpgroup (algorithms.defaults.fa3_triton_warps, which the kernel
   launches with);
-- bf16/fp16: Q Kᵀ is waited for at once and P V is left running into the
-  next step (WARPGROUP.DEPBAR after the first product only), as in fa2;
-- fp8 (`_fa3_fp8_fwd`): one loop whose every block is masked, and P V is
-  waited for in its own step (O·alpha + (P V)·s_v needs the product).
+- Q Kᵀ is waited for at once and P V is left running into the next step
+  (WARPGROUP.DEPBAR after the first product only), as in fa2; the fp8
+  kernel (`_fa3_fp8_fwd`) too, since it folds each block's V scale into
+  the accumulator's rescale instead of descaling P V before adding it.
 Registers, SMEM and the instructions a warp issues per step come from the
 probe's table (experiments/results/triton_smem_fa3.csv, bf16 and fp8).
 
@@ -41,7 +41,7 @@ NAME = "fa3_triton"
 # device (three UTMACCTL.IV in the SASS of both kernels; tests/test_fa3_triton.py)
 DEVICE_DESCRIPTORS = 3
 VARIANT = fa2.Variant(name=NAME, launch="fa3_fwd", engine=TMA, device_descriptors=DEVICE_DESCRIPTORS)
-FP8_VARIANT = fa2.Variant(name=NAME, launch="fa3_fp8_fwd", engine=TMA, fp8_steps=True,
+FP8_VARIANT = fa2.Variant(name=NAME, launch="fa3_fp8_fwd", engine=TMA,
                           device_descriptors=DEVICE_DESCRIPTORS)
 
 

@@ -23,7 +23,12 @@ writes into the next head's rows.
 
 forward_fp8: e4m3 Q, K, V with one fp32 scale per (batch, head, row block)
 (block_m rows for Q, block_n rows for K and V); S is descaled by q_scale·k_scale,
-P is rounded to e4m3 (it lies in [0, 1]) and P·V_j is descaled by v_scale_j.
+P is rounded to e4m3 (it lies in [0, 1]) and P·V_j is descaled by v_scale_j,
+folded into the accumulator's rescale: the accumulator holds O in units of the
+last V scale (acc·alpha·v_scale_{j-1}/v_scale_j + P·V_j), so each P·V_j adds
+into it asynchronously as in the bf16 loop, and the loops are the bf16 ones
+(unmasked blocks, then the masked ones). V scales must be non-zero
+(quantize_fp8's are at least 1e-12 / 448).
 wgmma needs both fp8 operands K-major, so V is stored transposed
 ([B, KVH, D, Nkv]) by quantize_fp8 -- FA3 transposes V in the kernel instead.
 """
@@ -97,45 +102,65 @@ def _fa3_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, n_q_rows, n_kv_ro
 
 
 @triton.jit
+def _fa3_fp8_block(acc, l_i, m_i, c_i, q, q_scale, desc_k, desc_vt, KS, VS, kv_row0, vt_row0, blk0, j,
+                   offs_m, offs_n, n_kv, causal_off, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                   CAUSAL: tl.constexpr):
+    # S descaled before the softmax step, which holds for scales of any sign
+    k = desc_k.load([kv_row0 + j * BLOCK_N, 0])
+    qk = tl.dot(q, k.T) * (q_scale * tl.load(KS + blk0 + j))
+    if MASKED:
+        qk = mask_scores(qk, j * BLOCK_N + offs_n, offs_m, n_kv, causal_off, CAUSAL)
+    p, alpha, l_i, m_new = softmax_update(qk, m_i, l_i, 1.0)
+    # O = c·acc: the accumulator holds O in units of the last block's V scale,
+    # so P·V_j adds into it as it comes out of the tensor cores (no wait for
+    # the product to descale it, one more factor in the rescale a row)
+    v_scale = tl.load(VS + blk0 + j)
+    acc = acc * (alpha * (c_i / v_scale))[:, None]
+    vt = desc_vt.load([vt_row0, j * BLOCK_N])
+    acc = tl.dot(p.to(vt.dtype), vt.T, acc)
+    return acc, l_i, m_new, v_scale
+
+
+@triton.jit
 def _fa3_fp8_fwd(Q, K, VT, QS, KS, VS, O, LSE, qk_scale, n_q, n_kv, causal_off, n_q_rows,
-                 n_kv_rows, n_vt_rows,
+                 n_kv_rows, n_vt_rows, vt_stride,
                  H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                 WARP_SPEC: tl.constexpr):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
     kvh = b * (H // GROUP) + h // GROUP
-    # VT is [B*KVH*D, Nkv_pad]: row = (kv head, d), column = key position
+    # VT is [B*KVH*D, Nkv_pad]: row = (kv head, d), column = key position; its
+    # rows are vt_stride = Nkv_pad apart (Nkv rounded up to 16 for TMA's
+    # 16-byte row alignment), not Nkv: with Nkv % 16 != 0 a stride of Nkv read
+    # every row but the first shifted (relative error 1.4 at N = 1000)
     desc_q = tl.make_tensor_descriptor(Q, shape=[n_q_rows, HEAD_DIM], strides=[HEAD_DIM, 1],
                                        block_shape=[BLOCK_M, HEAD_DIM])
     desc_k = tl.make_tensor_descriptor(K, shape=[n_kv_rows, HEAD_DIM], strides=[HEAD_DIM, 1],
                                        block_shape=[BLOCK_N, HEAD_DIM])
-    desc_vt = tl.make_tensor_descriptor(VT, shape=[n_vt_rows, n_kv], strides=[n_kv, 1],
+    desc_vt = tl.make_tensor_descriptor(VT, shape=[n_vt_rows, n_kv], strides=[vt_stride, 1],
                                         block_shape=[HEAD_DIM, BLOCK_N])
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     q = desc_q.load([bh * n_q + pid_m * BLOCK_M, 0])
-    n_kv_blk = tl.cdiv(n_kv, BLOCK_N)
+    blk0 = kvh * tl.cdiv(n_kv, BLOCK_N)     # this K/V head's first block scale
     q_scale = tl.load(QS + bh * tl.cdiv(n_q, BLOCK_M) + pid_m) * qk_scale
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    _, n_blocks = kv_block_range(pid_m, n_q, n_kv, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
-    for j in range(0, n_blocks):
-        k = desc_k.load([kvh * n_kv + j * BLOCK_N, 0])
-        s_scale = q_scale * tl.load(KS + kvh * n_kv_blk + j)
-        # S descaled before the softmax step, which holds for scales of any
-        # sign: descaling inside it (max(S)·s = max(S·s)) needed s > 0, which
-        # the host checked with three GPU syncs a call, 0.43 against 0.24 ms at
-        # D = 128, N = 512 (fa3_fp8_configs_h100.csv). Every block is masked:
-        # fp8 has no unmasked loop.
-        qk = mask_scores(tl.dot(q, k.T) * s_scale, j * BLOCK_N + offs_n, offs_m, n_kv, causal_off, CAUSAL)
-        p, alpha, l_i, m_i = softmax_update(qk, m_i, l_i, 1.0)
-        vt = desc_vt.load([kvh * HEAD_DIM, j * BLOCK_N])
-        pv = tl.dot(p.to(vt.dtype), vt.T)
-        acc = acc * alpha[:, None] + pv * tl.load(VS + kvh * n_kv_blk + j)
-    store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
+    c_i = 1.0
+    n_full, n_blocks = kv_block_range(pid_m, n_q, n_kv, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
+    for j in tl.range(0, n_full, warp_specialize=WARP_SPEC):
+        acc, l_i, m_i, c_i = _fa3_fp8_block(acc, l_i, m_i, c_i, q, q_scale, desc_k, desc_vt, KS, VS,
+                                            kvh * n_kv, kvh * HEAD_DIM, blk0, j, offs_m, offs_n, n_kv,
+                                            causal_off, BLOCK_N, False, CAUSAL)
+    for j in range(n_full, n_blocks):
+        acc, l_i, m_i, c_i = _fa3_fp8_block(acc, l_i, m_i, c_i, q, q_scale, desc_k, desc_vt, KS, VS,
+                                            kvh * n_kv, kvh * HEAD_DIM, blk0, j, offs_m, offs_n, n_kv,
+                                            causal_off, BLOCK_N, True, CAUSAL)
+    store_output(O, LSE, bh, n_q, offs_m, acc * c_i, l_i, m_i, HEAD_DIM)
 
 
 def _use_warp_spec(cfg: TileConfig) -> bool:
@@ -224,14 +249,20 @@ def forward_fp8(q, k, v, *, causal=False, config: TileConfig | None = None, sm_s
     ensure_tma_allocator()
     b, h, nq, d = q8.shape
     kvh, nkv = k8.shape[1], k8.shape[2]
+    vt_cols = cdiv(nkv, 16) * 16
+    if tuple(v8.shape) != (b, kvh, d, vt_cols) or v8.dtype != k8.dtype:
+        raise InvalidProblem(f"forward_fp8's v must be Vᵀ as quantize_fp8(v, block_n, transpose=True) "
+                             f"gives it, e4m3 [B, KVH, D, Nkv rounded up to 16] = {[b, kvh, d, vt_cols]}, "
+                             f"got {v8.dtype} {list(v8.shape)}")
     o = torch.empty(b, h, nq, d, dtype=out_dtype, device=q8.device)
     lse = torch.empty(b, h, nq, dtype=torch.float32, device=q8.device)
     grid = (cdiv(nq, cfg.block_m), b * h)
     warps = fa3_triton_warps(cfg, fp8=True)
     launch(_fa3_fp8_fwd[grid], q8, k8, v8, qs, ks, vs, o, lse, scale * LOG2E, nq, nkv,
-           problem.causal_offset, b * h * nq, b * kvh * nkv, b * kvh * d,
+           problem.causal_offset, b * h * nq, b * kvh * nkv, b * kvh * d, v8.shape[-1],
            H=h, GROUP=h // kvh, HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-           CAUSAL=problem.causal, num_warps=warps, num_stages=cfg.num_stages)
+           CAUSAL=problem.causal, WARP_SPEC=_use_warp_spec(cfg), num_warps=warps,
+           num_stages=cfg.num_stages)
     return (o, lse) if return_lse else o
 
 
@@ -258,15 +289,17 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
         e4m3 = "*fp8e4nv"
         sig = {"Q": e4m3, "K": e4m3, "VT": e4m3, "QS": "*fp32", "KS": "*fp32", "VS": "*fp32",
                "O": "*bf16", "LSE": "*fp32", "qk_scale": "fp32", "n_q": "i32", "n_kv": "i32",
-               "causal_off": "i32", "n_q_rows": "i32", "n_kv_rows": "i32", "n_vt_rows": "i32"}
+               "causal_off": "i32", "n_q_rows": "i32", "n_kv_rows": "i32", "n_vt_rows": "i32",
+               "vt_stride": "i32"}
         ints["n_vt_rows"] = problem.batch * problem.kv_heads * problem.head_dim
+        ints["vt_stride"] = cdiv(problem.seqlen_kv, 16) * 16   # quantize_fp8's padded Vᵀ rows
         pointers, fn = ("Q", "K", "VT", "QS", "KS", "VS", "O", "LSE"), _fa3_fp8_fwd
     else:
         dt = {"bf16": "*bf16", "fp16": "*fp16"}[problem.dtype]
         sig = {"Q": dt, "K": dt, "V": dt, "O": dt, "LSE": "*fp32", "qk_scale": "fp32",
                "n_q": "i32", "n_kv": "i32", "causal_off": "i32", "n_q_rows": "i32", "n_kv_rows": "i32"}
-        consts["WARP_SPEC"] = _use_warp_spec(config)
         pointers, fn = ("Q", "K", "V", "O", "LSE"), _fa3_fwd
+    consts["WARP_SPEC"] = _use_warp_spec(config)
     sig.update({name: "constexpr" for name in consts})
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in pointers}

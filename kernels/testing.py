@@ -72,6 +72,34 @@ def torch_lowp(q, k, v, *, causal=False, sm_scale=None):
     return (p.float() @ v.float()).to(dt)
 
 
+def torch_fp8(q, k, v, *, causal=False, block_m=128, block_n=128, sm_scale=None):
+    """PyTorch's attention at the FP8 kernel's precision, the yardstick of
+    kernels.fa3.forward_fp8 as torch_lowp is of the 16-bit kernels: Q, K, V
+    quantised as the kernel's are (e4m3, one scale per block of block_m /
+    block_n rows: kernels.fa3.quantize_fp8), then exact (fp64) scores and
+    softmax, P rounded to e4m3 before P V (the kernel rounds its P so, and
+    sums the unrounded P into the row sum). Returns fp64."""
+    from .fa3 import quantize_fp8
+
+    d = q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+
+    def dequantized(x, rows):
+        x8, scales = quantize_fp8(x, rows)
+        n = x.shape[2]
+        per_row = scales.to(torch.float64).repeat_interleave(rows, dim=-1)[..., :n, None]
+        return x8.to(torch.float64) * per_row
+
+    q64, k64, v64 = dequantized(q, block_m), dequantized(k, block_n), dequantized(v, block_n)
+    k64, v64 = _expand_kv(k64, v64, q.shape[1])
+    s = (q64 @ k64.transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
+    p = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    p8 = p.to(torch.float32).to(torch.float8_e4m3fn).to(torch.float64)
+    return (p8 @ v64) / p.sum(dim=-1, keepdim=True)
+
+
 def outlier_inputs(batch, heads, seqlen, head_dim, *, kv_heads=None, dtype=torch.bfloat16,
                    device="cuda", generator=None):
     """The FA3 paper's FP8 stress inputs (arXiv 2407.08608 §4.3):

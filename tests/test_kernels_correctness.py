@@ -215,6 +215,45 @@ def test_fa3_fp8_scales_of_any_sign(causal):
     flipped = fa3.forward_fp8(q8, (-k8.float()).to(k8.dtype), v8, causal=causal, config=cfg,
                               scales=(qs, -ks, vs))
     assert torch.equal(o, flipped), f"seed={seed}: max |diff| {(o.float() - flipped.float()).abs().max():.3e}"
+    # V's scales fold into the accumulator's rescale (O kept in units of the
+    # last block's V scale): V negated with its scales negated is the same V
+    flipped_v = fa3.forward_fp8(q8, k8, (-v8.float()).to(v8.dtype), causal=causal, config=cfg,
+                                scales=(qs, ks, -vs))
+    assert torch.equal(o, flipped_v), f"seed={seed}: max |diff| {(o.float() - flipped_v.float()).abs().max():.3e}"
+
+
+@pytest.mark.skipif(not HOPPER, reason="fp8 forward needs a Hopper GPU (sm_90)")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_fa3_fp8_odd_lengths_and_gqa(causal, head_dim):
+    """Tails (N = 1000 and 4001, not multiples of any block or of 16) and GQA
+    (8 heads on 2 K/V heads) at the default configs, V's scales differing
+    block to block (rows scaled by 1-30x): RMS error against fp64 at most
+    twice that of PyTorch at the kernel's precision (testing.torch_fp8: the
+    same e4m3 quantisation, exact arithmetic but for P rounded to e4m3),
+    plus 1e-3."""
+    from algorithms.problem import AttentionProblem
+    from kernels import fa3
+    from kernels.common import resolve_config
+
+    seed = _seed()
+    gen = torch.Generator().manual_seed(seed)
+    for n in (1000, 4001):
+        q = torch.randn(2, 8, n, head_dim, generator=gen)
+        k = torch.randn(2, 2, n, head_dim, generator=gen)
+        v = torch.randn(2, 2, n, head_dim, generator=gen) * torch.rand(1, 1, n, 1, generator=gen).mul(29).add(1)
+        q, k, v = (t.to("cuda", torch.bfloat16) for t in (q, k, v))
+        cfg = resolve_config("fa3", AttentionProblem(2, 8, n, head_dim, causal=causal, kv_heads=2, dtype="fp8"),
+                             None, q.device)
+        with poisoned_allocations():
+            o = fa3.forward_fp8(q, k, v, causal=causal)
+        assert not torch.isnan(o).any(), f"seed={seed} n={n}"
+        ref = testing.reference_fp64(q, k, v, causal=causal)
+        yardstick = testing.rms_error(testing.torch_fp8(q, k, v, causal=causal, block_m=cfg.block_m,
+                                                        block_n=cfg.block_n), ref)
+        err = testing.rms_error(o, ref)
+        assert err <= 2 * yardstick + 1e-3, \
+            f"fp8 RMS error {err:.3e} > 2 x {yardstick:.3e} + 1e-3 (PyTorch at fp8), seed={seed} n={n}"
 
 
 def _gluon_hopper():

@@ -180,7 +180,8 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
     (None if unavailable), the wgmma mix from the PTX (_wgmma_mix), the hot
     loop's register spill traffic, the instructions a warp issues per trip
     of the unmasked and the masked loop and the stall clocks ptxas scheduled
-    into the code outside them, from the SASS (kernels/sass.py)}."""
+    into the code outside them, and "loop_parts": per tensor loop, a trip's
+    instructions, stall clocks and MUFUs, from the SASS (kernels/sass.py)}."""
     from .common import interpreting
 
     if interpreting():
@@ -213,7 +214,8 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
     res_usage, listing = sass.cuobjdump(compiled, "-res-usage"), sass.cuobjdump(compiled, "-sass")
     return {"smem_bytes": int(compiled.metadata.shared), "n_regs": sass.registers(compiled, res_usage),
             **_wgmma_mix(compiled.asm.get("ptx", "")), **sass.loop_spills(listing, res_usage),
-            **sass.loop_issue_slots(listing), **sass.outside_stalls(listing)}
+            **sass.loop_issue_slots(listing), **sass.outside_stalls(listing),
+            "loop_parts": sass.tensor_loop_parts(listing)}
 
 
 def _wgmma_mix(ptx: str) -> dict:

@@ -225,6 +225,23 @@ def outside_stalls(sass: str | None) -> dict:
             "stall_epilogue": sum(stall[spans[-1][1] + 1:last_exit + 1])}
 
 
+def tensor_loop_parts(sass: str | None) -> list[dict]:
+    """Per tensor loop, in address order, what a warp spends on one trip:
+    the instructions it issues besides the tensor-core ones (issue_slots),
+    the stall clocks ptxas scheduled into the trip (stall_counts: the least
+    time one warp alone takes, variable-latency waits aside) and its MUFU
+    instructions (the exp2s). Empty without the SASS's control words."""
+    words = stall_counts(sass) if sass else []
+    spans = _loop_spans([(a, i) for a, i, _ in words], lambda body: any(_is_tensor(i) for i in body))
+    out = []
+    for first, last in spans:
+        body = words[first:last + 1]
+        out.append({"issue": sum(not _is_tensor(i) for _, i, _ in body),
+                    "stall_clocks": sum(c for _, _, c in body),
+                    "mufu": sum(opcode(i) == "MUFU" for _, i, _ in body)})
+    return out
+
+
 def loop_issue_slots(sass: str | None) -> dict:
     """Per warp and trip, the non-tensor instructions of the kernel's first two
     tensor loops: fa2 and Triton's fa3 run the unmasked K/V blocks, then the

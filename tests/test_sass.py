@@ -105,3 +105,34 @@ def test_spill_wait_slacks_follow_the_scoreboard():
     assert sass.spill_wait_slacks(listing, tensor_count=1) == "8 1"
     assert sass.spill_wait_slacks(listing, tensor_count=2) == ""     # no such loop
     assert sass.spill_wait_slacks(SASS, tensor_count=1) == ""        # no control words
+
+
+def test_tensor_loop_parts_per_trip():
+    """Each tensor loop's trip: its non-tensor instructions, its stall clocks
+    and its MUFUs (loop 1: FMNMX, MUFU, BRA; loop 2 adds FSEL and ISETP)."""
+    stalls = [1, 2, 3, 1, 1, 1, 4, 1, 1, 1, 1, 5, 6, 7, 8, 9]
+    texts = [line.split("*/", 1)[1].strip().rstrip(";").strip() for line in SASS.splitlines()]
+    parts = sass.tensor_loop_parts(_with_control(list(zip(texts, stalls))))
+    assert parts == [{"issue": 3, "stall_clocks": 7, "mufu": 1}, {"issue": 4, "stall_clocks": 9, "mufu": 1}]
+    assert sass.tensor_loop_parts(SASS) == []     # no control words: nothing to count
+
+
+def test_softmax_chain_lies_between_the_wait_for_s_and_p_v():
+    """experiments/fa2_step_parts.py: the stall clocks from the wait for S
+    (the DEPBAR after Q Kᵀ) to the arrive that opens P V's group, against
+    the whole trip's."""
+    from experiments.fa2_step_parts import softmax_chain_clocks
+
+    listing = _with_control([
+        ("BAR.SYNC.DEFER_BLOCKING 0x0", 1),
+        ("WARPGROUP.ARRIVE", 6),
+        ("HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8].tnspB, RZ, !UPT", 4),
+        ("WARPGROUP.DEPBAR.LE gsb0, 0x0", 2),
+        ("FMNMX R3, R24, R25, !PT", 3),           # the softmax: 3 + 8 + 1 clocks
+        ("MUFU.EX2 R4, R3", 8),
+        ("F2FP.BF16.F32.PACK_AB R5, R4, R4", 1),
+        ("WARPGROUP.ARRIVE", 6),
+        ("HGMMA.64x64x16.F32.BF16 R56, R5, gdesc[UR40].tnspB, R56", 1),
+        ("@P0 BRA 0x0", 5),
+    ])
+    assert softmax_chain_clocks(listing) == (12, 37)

@@ -115,17 +115,38 @@ def phases(ctas):
             "span_us": max(en for *_, en in ctas) - min(st for _, st, _, _ in ctas)}
 
 
+def per_step_fit(case, durations):
+    """(a, b) of a CTA's time = a + b × its K/V steps, least squares over the
+    medians of the CTAs of each step count; durations: [(CTA index in launch
+    order, µs)]. None where every CTA has the same count (non-causal)."""
+    from algorithms.fa2 import locate_q_block
+
+    problem, cfg = problem_config(case)
+    by_trips: dict = {}
+    for cta, us in durations:
+        by_trips.setdefault(locate_q_block(problem, cfg, cta)[5], []).append(us)
+    if len(by_trips) < 2:
+        return None
+    xs = sorted(by_trips)
+    ys = [statistics.median(by_trips[x]) for x in xs]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
 class _CtaTracer:
-    """Engine tracer keeping each CTA's SM, start and end."""
+    """Engine tracer keeping each CTA's SM, start and end, and its index."""
 
     max_sms = 10 ** 9
 
     def __init__(self):
         self.ctas: list = []
+        self.index: list = []
 
     def slice(self, sm, track, label, start, end):
         if track == "ctas" and "#" in label:
             self.ctas.append((sm, start * 1e6, None, end * 1e6))
+            self.index.append(int(label.rsplit("#", 1)[1]))
 
 
 def predicted_phases(case, profile: str):
@@ -140,11 +161,13 @@ def predicted_phases(case, profile: str):
     result = simulate(algorithms.build("fa2", problem, cfg), load_profile(profile), fast=False,
                       tracer=tracer)
     ctas = [(sm, start, start, end) for sm, start, _, end in tracer.ctas]
-    return result.runtime_s * 1e6, phases(ctas)
+    fit = per_step_fit(case, [(i, end - start) for i, (_, start, _, end) in zip(tracer.index, tracer.ctas)])
+    return result.runtime_s * 1e6, phases(ctas), fit
 
 
 def cmd_compare(args) -> int:
     by_case: dict = {}
+    durations: dict = {}    # case -> [(CTA index, µs)]
     kernel: dict = {}
     clocks: dict = {}       # case -> the SM clock over each CTA (rows from session 12 on)
     try:
@@ -152,6 +175,8 @@ def cmd_compare(args) -> int:
             for r in csv.DictReader(f):
                 by_case.setdefault(r["case"], []).append(
                     (int(r["sm"]), int(r["start_ns"]) / 1e3, int(r["looped_ns"]) / 1e3, int(r["end_ns"]) / 1e3))
+                durations.setdefault(r["case"], []).append(
+                    (int(r["cta"]), (int(r["end_ns"]) - int(r["start_ns"])) / 1e3))
                 kernel[r["case"]] = (float(r["kernel_us"]), float(r["kernel_stamped_us"]))
                 if r.get("clock_mhz"):
                     clocks.setdefault(r["case"], []).append(float(r["clock_mhz"]))
@@ -163,20 +188,24 @@ def cmd_compare(args) -> int:
     profile_mhz = load_profile(args.profile).clock_hz / 1e6
     print(f"| case | kernel µs (stamped) | engine µs | CTA µs meas / pred | start→loop end (meas) "
           f"| loop end→CTA end (meas) | gap to next CTA on the SM meas / pred | span µs meas / pred "
-          f"| SM clock MHz meas (profile {profile_mhz:.0f}) | CTA kcycles meas / pred |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          f"| SM clock MHz meas (profile {profile_mhz:.0f}) | CTA kcycles meas / pred "
+          f"| CTA µs = a + b × its K/V steps, meas / pred |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for case in CASES:
         name = case_name(case)
         if name not in by_case:
             continue
         m = phases(by_case[name])
-        runtime, p = predicted_phases(case, args.profile)
+        runtime, p, fit = predicted_phases(case, args.profile)
+        measured_fit = per_step_fit(case, durations[name])
+        fits = (f"{measured_fit[0]:.2f} + {measured_fit[1]:.3f} b / {fit[0]:.2f} + {fit[1]:.3f} b"
+                if measured_fit and fit else "–")
         print(f"| {name} | {kernel[name][0]:.1f} ({kernel[name][1]:.1f}) | {runtime:.1f} | "
               f"{m['cta_us']:.2f} / {p['cta_us']:.2f} | {m['loop_us']:.2f} | {m['epilogue_us']:.2f} | "
               f"{m['gap_us']:.2f} / {p['gap_us']:.2f} | {m['span_us']:.1f} / {p['span_us']:.1f} | "
               + (f"{statistics.median(clocks[name]):.0f} | {m['cta_us'] * statistics.median(clocks[name]) / 1e3:.1f}"
-                 f" / {p['cta_us'] * profile_mhz / 1e3:.1f} |" if name in clocks else "– | – |"),
-              flush=True)
+                 f" / {p['cta_us'] * profile_mhz / 1e3:.1f} |" if name in clocks else "– | – |")
+              + f" {fits} |", flush=True)
     return 0
 
 

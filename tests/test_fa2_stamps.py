@@ -18,6 +18,17 @@ def test_phases_from_two_ctas_on_one_sm_and_one_on_another():
     assert got["span_us"] == pytest.approx(8.0)
 
 
+def test_per_step_fit_recovers_a_line_in_the_ctas_k_v_steps():
+    """Causal N = 512, 64-row Q blocks over 32-column K/V blocks: Q block q
+    (CTA index mod 8) visits 2(q + 1) blocks; CTAs taking 3.5 + 0.9 × steps µs
+    give back (3.5, 0.9), and a non-causal case, one step count, gives None."""
+    case = (512, 128, True, 64, 32, 4, 3)
+    durations = [(cta, 3.5 + 0.9 * 2 * (cta % 8 + 1)) for cta in range(64)]
+    a, b = fa2_stamps.per_step_fit(case, durations)
+    assert (a, b) == (pytest.approx(3.5), pytest.approx(0.9))
+    assert fa2_stamps.per_step_fit((512, 128, False, 64, 32, 4, 3), durations) is None
+
+
 def test_compare_rejects_a_file_without_the_columns(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("case,cta\nx,1\n")

@@ -2179,12 +2179,9 @@ def mapping(rows):
                                                   f"{row['detail']} {param} = {int(v)}")
     # tensor cores
     peak16 = base["tensor_cores"]["peak_dense_tflops_16bit"]
+    n_sms = int(any_row.get("sm_count") or base["gpu"]["sm_count"])
     bf16, row_bf = _val(rows, "tensor_wgmma_triton", "bf16")
     if bf16:
-        out[("tensor_cores", "sustained_fraction")] = (
-            round(min(1.0, bf16 / peak16), 4),
-            cite(f"Triton tl.dot loop (wgmma) on operands held on chip, bf16 {bf16:.1f} TFLOP/s / "
-                 f"datasheet {peak16} dense", row_bf, row_bf.get("clock_mhz_nvml")))
         mix = [(row_clock(r), r) for r in rows if r["bench"] == "dot_chain"
                and not r["param"].endswith("_x1") and r.get("clock_mhz_kernel")]
         if mix:
@@ -2205,12 +2202,30 @@ def mapping(rows):
             out[("gpu", "sm_clock_mhz")] = (float(clk), cite(
                 "median SM clock NVML reported while the tensor cores ran the bf16 tl.dot loop "
                 "(the regime attention kernels run in); per-clock rates below use it", row_bf, clk))
+        # The tensor pipe's rate in flop a clock, over the clock the tl.dot loop ran
+        # at (read in the kernel: with every SM's tensor pipe busy the clock drops,
+        # 1647 MHz on the lent H100, against the flash-step mix's 1816), and at the
+        # profile's clock. Taken as TFLOP/s over peak, the loop's 885.8 TFLOP/s at
+        # 1647 MHz became 3695 flop a clock at 1816 MHz, 9% under the 4074 the loop
+        # ran at, and the chain latency and serial fraction reduced from dot_chain
+        # with it (below) absorbed the difference (experiments/fa2_step_parts.py).
+        profile_clk = float(out[("gpu", "sm_clock_mhz")][0]) if ("gpu", "sm_clock_mhz") in out \
+            else float(base["gpu"]["sm_clock_mhz"])
+        per_clk = bf16 * 1e12 / (n_sms * (row_clock(row_bf) or profile_clk) * 1e6)
+        out[("tensor_cores", "sustained_fraction")] = (
+            round(min(1.0, per_clk * n_sms * profile_clk * 1e6 / (peak16 * 1e12)), 4),
+            cite(f"Triton tl.dot loop (wgmma) on operands held on chip, bf16 {bf16:.1f} TFLOP/s at "
+                 f"{row_clock(row_bf) or profile_clk:.0f} MHz: {per_clk:.0f} flop a clock an SM, at the profile's "
+                 f"{profile_clk:.0f} MHz / datasheet {peak16} dense", row_bf))
     ms_bf, row_ms = _val(rows, "tensor_mma_sync_cuda", "bf16")
     if bf16 and ms_bf:
+        # per clock, each loop at the clock it ran at (mma.sync's at 1830 MHz, the
+        # tl.dot loop's at 1647 on the lent H100)
+        ms_per_clk = ms_bf * 1e12 / (n_sms * (row_clock(row_ms) or profile_clk) * 1e6)
         out[("tensor_cores", "mma_sync_relative_rate")] = (
-            round(min(1.0, ms_bf / bf16), 4),
-            cite(f"CUDA C mma.sync.m16n8k16 bf16 loop {ms_bf:.1f} TFLOP/s / wgmma tl.dot loop "
-                 f"{bf16:.1f} TFLOP/s", row_ms))
+            round(min(1.0, ms_per_clk / per_clk), 4),
+            cite(f"CUDA C mma.sync.m16n8k16 bf16 loop {ms_bf:.1f} TFLOP/s at {row_clock(row_ms) or profile_clk:.0f} MHz "
+                 f"({ms_per_clk:.0f} flop a clock an SM) / wgmma tl.dot loop's {per_clk:.0f}", row_ms))
     # units
     for key, bench, param, what in (
             ("exp2_per_clk_per_sm", "exp2_cuda", "per_clk_per_sm",
@@ -2234,14 +2249,12 @@ def mapping(rows):
     units = {k: out[("units", k)][0] for k in ("exp2_per_clk_per_sm", "alu_ops_per_clk_per_sm",
                                               "smem_bytes_per_clk_per_sm") if ("units", k) in out}
     if bf16 and len(units) == 3:
-        # every part in the profile's own terms: the tensor pipe's TFLOP/s at the
-        # profile's clock (so the engine, charging products at that rate and the
-        # latency at that clock, gives back the one-CTA step it was taken from)
-        clk = out[("gpu", "sm_clock_mhz")][0] if ("gpu", "sm_clock_mhz") in out else float(base["gpu"]["sm_clock_mhz"])
+        # every part in cycles, as dot_chain counts them: the tensor pipe at its
+        # rate a clock (so the engine, charging products at that rate and the
+        # latency at the profile's clock, gives back the one-CTA step it was taken from)
         chain_clocks = sorted(c for c in (row_clock(r) for r in rows if r["bench"] == "dot_chain") if c)
         chain_clock = f"{chain_clocks[0]:.0f}-{chain_clocks[-1]:.0f} (per launch, in the kernel)" if chain_clocks else None
-        n_sms = int(any_row.get("sm_count") or base["gpu"]["sm_count"])
-        rates = {"tensor": bf16 * 1e12 / (n_sms * clk * 1e6), "exp2": units["exp2_per_clk_per_sm"],
+        rates = {"tensor": per_clk, "exp2": units["exp2_per_clk_per_sm"],
                  "alu": units["alu_ops_per_clk_per_sm"], "smem": units["smem_bytes_per_clk_per_sm"],
                  "operand_bytes": _profile_module().parse_profile(base, BASE_PROFILE).wgmma_operand_bytes}
         steps = _dot_chain_steps(rows, rates)

@@ -156,8 +156,8 @@ def test_two_warpgroups_products_are_served_interleaved(shape, d):
 
     row = _phase_rows()[shape]
     gpu = load_profile("h100.measured")
-    flop_per_clk = gpu.tensor_cores.peak_dense_tflops_16bit * gpu.tensor_cores.sustained_fraction * 1e12 \
-        / (gpu.gpu.sm_count * 1650e6)
+    # the profile's tensor rate a clock (its sustained rate over its clock)
+    flop_per_clk = gpu.matmul_flops_per_s_per_sm("wgmma", "bf16") / gpu.clock_hz
     instructions = d // 16
     instruction = 2 * 64 * 64 * 16 / flop_per_clk
     p10, p90 = map(float, re.search(r"p10 (-?\d+), p90 (-?\d+)", row["detail"]).groups())

@@ -684,12 +684,23 @@ def _sass_ops(cubin_path: str, tool: str) -> str:
     return subprocess.run([tool, "-sass", cubin_path], capture_output=True, text=True).stdout
 
 
+def compile_sm90(fn, sig: dict, consts: dict, warps: int = 8, stages: int = 3):
+    """Cross-compile a microkernel for sm_90 here (no GPU), its pointers
+    16-byte aligned as torch allocates them."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = list(sig)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items() if t.startswith("*")}
+    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+
+
 def cmd_check(args) -> int:
     import re
 
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     cuobjdump = os.path.join(tools, "cuobjdump")
@@ -705,14 +716,6 @@ def cmd_check(args) -> int:
                                         f)))
             print(f"cuda {name}: {' '.join(ops)}")
     kernels = triton_kernels()
-    target = GPUTarget("cuda", 90, 32)
-
-    def build(fn, sig, consts, warps=8, stages=3):
-        names = list(sig)
-        attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items()
-                 if t.startswith("*")}
-        src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
-        return triton.compile(src, target=target, options={"num_warps": warps, "num_stages": stages})
 
     def sass_of(compiled) -> str:
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -722,7 +725,7 @@ def cmd_check(args) -> int:
 
     for dt, (bm, bn, bk) in DOT_SHAPES.items():
         tdt = {"bf16": "*bf16", "fp16": "*fp16", "fp8": "*fp8e4nv"}[dt]
-        c = build(kernels["dot_shape"], {"A": tdt, "B": tdt, "C": "*fp32", "iters": "i32", "CLK": "*i64",
+        c = compile_sm90(kernels["dot_shape"], {"A": tdt, "B": tdt, "C": "*fp32", "iters": "i32", "CLK": "*i64",
                                          "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
                                          "A_IN_REGS": "constexpr", "CLOCKED": "constexpr"},
                   {"BM": bm, "BN": bn, "BK": bk, "A_IN_REGS": False, "CLOCKED": True}, warps=DOT_WARPS)
@@ -732,7 +735,7 @@ def cmd_check(args) -> int:
         ok &= has
         print(f"triton dot_shape {dt} {bm}x{bn}x{bk}: {len(mma)} MMA instructions, kinds "
               f"{sorted(set(mma))[:4]}, smem {c.metadata.shared} B; wgmma={'yes' if has else 'NO'}")
-    c = build(kernels["exp2_loop"], {"OUT": "*fp32", "iters": "i32", "BLOCK": "constexpr"},
+    c = compile_sm90(kernels["exp2_loop"], {"OUT": "*fp32", "iters": "i32", "BLOCK": "constexpr"},
               {"BLOCK": 1024}, warps=4)
     s = sass_of(c)
     n_mufu, n_fix = len(re.findall("MUFU.EX2", s)), len(re.findall(r"FMUL|FSETP|FSEL", s))
@@ -740,7 +743,7 @@ def cmd_check(args) -> int:
     unrolled = {"nblocks": "i32", "iters": "i32", "BLOCK": "constexpr", "UNROLL": "constexpr"}
     for name, pointers, op, what in (("l2_read", {"X": "*fp32", "OUT": "*fp32"}, "LDG", "loads"),
                                      ("l2_write", {"Y": "*fp32"}, "STG", "stores")):
-        found = re.findall(op + r"[\w.]*", sass_of(build(kernels[name], {**pointers, **unrolled},
+        found = re.findall(op + r"[\w.]*", sass_of(compile_sm90(kernels[name], {**pointers, **unrolled},
                                                           {"BLOCK": 2048, "UNROLL": 4})))
         print(f"triton {name}: {len(found)} {what} {sorted(set(found))}")
     return 0 if ok else 1

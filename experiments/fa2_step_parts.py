@@ -105,7 +105,7 @@ def softmax_chain_clocks(sass_text: str) -> tuple[int, int] | None:
     from kernels import sass
 
     words = sass.stall_counts(sass_text)
-    spans = sass._loop_spans([(a, i) for a, i, _ in words], lambda body: any(sass._is_tensor(i) for i in body))
+    spans = sass.tensor_loop_spans(words)
     if not spans:
         return None
     first, last = spans[0]
@@ -125,11 +125,7 @@ def dot_chain_one_cta(calibration: list[dict]) -> list[dict]:
     """The one-CTA 4-warp dot_chain rows: cycles a step, the softmax chain's
     stall clocks (cross-compiled here) and the flop a clock the products
     must then reach at least."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from experiments.calibrate import triton_kernels
+    from experiments.calibrate import compile_sm90, triton_kernels
     from kernels import sass
 
     fn = triton_kernels()["dot_chain"]
@@ -141,11 +137,8 @@ def dot_chain_one_cta(calibration: list[dict]) -> list[dict]:
         sig = {"A": "*bf16", "B": "*bf16", "V": "*bf16", "C": "*fp32", "iters": "i32", "CLK": "*i64",
                "STAMPS": "*i64", "first": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
                "D": "constexpr", "CLOCKED": "constexpr", "PHASE_STEPS": "constexpr"}
-        names = list(sig)
-        attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("A", "B", "V", "C", "CLK", "STAMPS")}
-        compiled = triton.compile(ASTSource(fn=fn, signature=sig, attrs=attrs, constexprs=dict(
-            BM=bm, BN=bn, BK=d, D=d, CLOCKED=True, PHASE_STEPS=0)), target=GPUTarget("cuda", 90, 32),
-            options={"num_warps": 4, "num_stages": 1})
+        compiled = compile_sm90(fn, sig, dict(BM=bm, BN=bn, BK=d, D=d, CLOCKED=True, PHASE_STEPS=0),
+                                warps=4, stages=1)
         chain = softmax_chain_clocks(sass.cuobjdump(compiled, "-sass") or "")
         if chain is None:
             continue

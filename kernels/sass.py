@@ -85,11 +85,20 @@ def _loop_spans(code: list[tuple[int, str]], holding) -> list[tuple[int, int]]:
     return sorted(inner)
 
 
+def _holds_tensor(body: list[str]) -> bool:
+    return any(_is_tensor(i) for i in body)
+
+
 def tensor_loops(sass: str) -> list[list[str]]:
     """The innermost loops that issue tensor-core instructions, in address
     order. Spin loops on a barrier hold none and are left out, and so are
     backward branches around the tensor loops."""
-    return loops(sass, holding=lambda body: any(_is_tensor(i) for i in body))
+    return loops(sass, holding=_holds_tensor)
+
+
+def tensor_loop_spans(words: list[tuple[int, str, int]]) -> list[tuple[int, int]]:
+    """tensor_loops' bodies as (first, last) indices into stall_counts' words."""
+    return _loop_spans([(a, i) for a, i, _ in words], _holds_tensor)
 
 
 def issue_slots(body: list[str]) -> int:
@@ -153,7 +162,7 @@ def spill_wait_slacks(sass: str, tensor_count: int) -> str:
     kernel's first loop, 15 of them a chain of LDL-then-use 2 clocks
     apart). Empty without control words."""
     words = stall_counts(sass)
-    spans = _loop_spans([(a, i) for a, i, _ in words], lambda body: any(_is_tensor(i) for i in body))
+    spans = tensor_loop_spans(words)
     hot = [(a, b) for a, b in spans if sum(_is_tensor(i) for _, i, _ in words[a:b + 1]) == tensor_count]
     if not hot:
         return ""
@@ -215,7 +224,7 @@ def outside_stalls(sass: str | None) -> dict:
     Code a warp skips at a branch is counted all the same. Empty without
     the SASS's control words or without tensor loops."""
     words = stall_counts(sass) if sass else []
-    spans = _loop_spans([(a, i) for a, i, _ in words], lambda body: any(_is_tensor(i) for i in body))
+    spans = tensor_loop_spans(words)
     if not spans:
         return {}
     stall = [c for _, _, c in words]
@@ -232,11 +241,11 @@ def tensor_loop_parts(sass: str | None) -> list[dict]:
     time one warp alone takes, variable-latency waits aside) and its MUFU
     instructions (the exp2s). Empty without the SASS's control words."""
     words = stall_counts(sass) if sass else []
-    spans = _loop_spans([(a, i) for a, i, _ in words], lambda body: any(_is_tensor(i) for i in body))
+    spans = tensor_loop_spans(words)
     out = []
     for first, last in spans:
         body = words[first:last + 1]
-        out.append({"issue": sum(not _is_tensor(i) for _, i, _ in body),
+        out.append({"issue": issue_slots([i for _, i, _ in body]),
                     "stall_clocks": sum(c for _, _, c in body),
                     "mufu": sum(opcode(i) == "MUFU" for _, i, _ in body)})
     return out

@@ -1025,12 +1025,12 @@ class Engine:
         # Q tile) can add to its pieces, in their order, so only they are
         # visited (a 64x32 fa2 CTA at N = 16k has 2048 shared loads, 1 own).
         laid_out: set = set()
-        bounds = [0] * REPLAY_CHUNKS
+        bounds = [0] * (REPLAY_CHUNKS + 1)      # piece c: loads bounds[c] .. bounds[c + 1] - 1
         for index in ctas:
             for role in launch.program(index).roles:
                 segments, n = self._ghost_load_segments(role.items)
                 layout = (n, tuple((id(seq), at) for seq, at, shared in segments if shared))
-                for c in range(REPLAY_CHUNKS):
+                for c in range(REPLAY_CHUNKS + 1):
                     bounds[c] = n * c // REPLAY_CHUNKS
                 if layout in laid_out:
                     c = 0
@@ -1038,14 +1038,14 @@ class Engine:
                         if shared:
                             continue
                         for k, op in enumerate(seq, at):
-                            while c + 1 < REPLAY_CHUNKS and bounds[c + 1] <= k:
+                            while bounds[c + 1] <= k:
                                 c += 1
                             pieces[c][op.tile] = op
                     continue
                 laid_out.add(layout)
                 ops = [op for seq, _, _ in segments for op in seq] if len(segments) > 1 else segments[0][0]
                 for c, piece in enumerate(pieces):
-                    for op in ops[bounds[c]:n * (c + 1) // REPLAY_CHUNKS]:
+                    for op in ops[bounds[c]:bounds[c + 1]]:
                         piece[op.tile] = op
         step, stored = duration / REPLAY_CHUNKS, stored / REPLAY_CHUNKS
         for c, tiles in enumerate(pieces):
@@ -1067,8 +1067,9 @@ class Engine:
             kind = item.__class__
             if kind is Loop and item.accesses is not None:
                 seq = item.accesses()
+                # (held beside its loads, the sequence keeps its id to itself)
                 hit = shared_loads.get(id(seq))
-                if hit is None or hit[0] is not seq:
+                if hit is None:
                     hit = shared_loads[id(seq)] = (seq, tuple(op for op in seq if op.__class__ is Load))
                 loads = hit[1]
                 if own:

@@ -79,7 +79,8 @@ MIN_SAMPLES = 3             # iterations timed before a run may be skipped
 MAX_SAMPLES = 8             # ... skipped at the latest after this many
 GHOST_SAMPLES = 3           # real CTAs of a class before later ones are ghosted
 # ... and, steady or not, a class stops being simulated after this many waves
-# of it: later CTAs take the mean of the latest GHOST_WAVES·slots real ones.
+# of it (a class's wave: its share of the launch's slots, at least
+# GHOST_SAMPLES): later CTAs take the mean of its latest wave.
 GHOST_WAVES = 2
 # The latest wave's two halves agree this well: contention has settled.
 CONVERGED = 0.02
@@ -886,7 +887,7 @@ class Engine:
             # (L2 dipping below full as ghost batches' anonymous entries leave
             # kept standard's softmax simulating a tenth of its 131k CTAs).
             if (self.fast and seen is not None
-                    and (seen.steady or (self.mem.settled() and seen.ready(state["slots"])))):
+                    and (seen.steady or (self.mem.settled() and seen.ready()))):
                 # Take this slot's share of what is left, as long as every
                 # CTA in it belongs to a steady class (classes interleave:
                 # edge tiles, causal Q blocks).
@@ -904,11 +905,11 @@ class Engine:
                     entry = batch.get(k)
                     if entry is None:   # (a class in the batch is steady: ready() latches)
                         stats = samples.get(k)
-                        if stats is None or not stats.ready(slots):
+                        if stats is None or not stats.ready():
                             break
                         entry = batch[k] = [stats, 0]
                         if k not in class_s:
-                            class_s[k] = stats.recent_duration(slots)
+                            class_s[k] = stats.recent_duration()
                             state["ahead_s"] += left[k] * class_s[k]
                     # ... and no more than a slot's share of the time the
                     # steady classes' undispatched CTAs take: unequal classes
@@ -928,7 +929,7 @@ class Engine:
                     end += 1
                 state["next"] = end
                 state["ghosted"] += end - index
-                yield from self._ghost(sm, batch.values(), launch, range(index, end), state["slots"])
+                yield from self._ghost(sm, batch.values(), launch, range(index, end))
                 continue
             state["next"] = index + 1
             state["simulated"] += 1
@@ -943,10 +944,10 @@ class Engine:
             duration, totals = yield from self._run_cta(launch, index, sm, key)
             state["warm"] = True
             if seen is None:
-                seen = samples[key] = _ClassStats()
+                seen = samples[key] = _ClassStats(state["wave"][key])
             seen.add(duration, totals, warm, self.env.now)
 
-    def _ghost(self, sm: _SM, batch, launch: Launch, ctas: range, slots: int):
+    def _ghost(self, sm: _SM, batch, launch: Launch, ctas: range):
         """CTAs `ctas` of steady classes, (class stats, count) in `batch`:
         their time from the latest real ones of their class, their work from
         all of them -- but for their HBM reads, which come from passing their
@@ -960,7 +961,7 @@ class Engine:
         batch = list(batch)
         for stats, count in batch:
             n += count
-            duration += stats.recent_duration(slots) * count
+            duration += stats.recent_duration() * count
             for s, w in enumerate(stats.mean_work(count)):
                 work[s] += w
         start = env.now
@@ -1127,8 +1128,14 @@ class Engine:
         for rep, n in launch.classes():
             key = launch.cost_key(rep)
             left[key] = left.get(key, 0) + n
+        # A class's wave: how many of its CTAs run at once, on average (its
+        # share of the slots). A causal Q block of 64 has 128 CTAs at B4 H32
+        # N4096, 6 of 396 slots at a time: waiting for two waves of the
+        # launch (792) meant waiting for all of it, unless its CTAs agreed
+        # by chance (fa2 64x32 w8: 4002 of 8192 CTAs simulated, 2994 now).
+        wave = {key: max(GHOST_SAMPLES, round(len(slots) * n / launch.grid)) for key, n in left.items()}
         state = {"next": 0, "samples": {}, "slots": len(slots), "simulated": 0, "ghosted": 0,
-                 "warm": False, "one_class": len(left) == 1, "left": left,
+                 "warm": False, "one_class": len(left) == 1, "left": left, "wave": wave,
                  # steady class -> the duration its ghosts take; slot-seconds
                  # of the undispatched CTAs of steady classes
                  "class_s": {}, "ahead_s": 0.0}
@@ -1197,9 +1204,10 @@ class Engine:
 class _ClassStats:
     """Real CTAs of one cost class: their durations and summed work."""
 
-    __slots__ = ("durations", "starts", "work", "count", "exact", "steady", "latched")
+    __slots__ = ("wave", "durations", "starts", "work", "count", "exact", "steady", "latched")
 
-    def __init__(self):
+    def __init__(self, wave: int):
+        self.wave = wave                   # of its CTAs running at once (Engine's launch state)
         self.durations: list[float] = []  # of CTAs started under steady contention
         self.starts: list[float] = []     # ... and when they started
         self.work = [0.0] * N_COUNTERS     # of every real CTA
@@ -1217,28 +1225,28 @@ class _ClassStats:
             self.work[s] += totals[s]
         self.exact = (totals[REQ], totals[STORE], totals[SCRATCH])
 
-    def ready(self, slots: int) -> bool:
+    def ready(self) -> bool:
         """Steady once the CTAs started under steady contention agree: the
         last GHOST_SAMPLES within 1%, or the two halves of the latest wave
         within CONVERGED; after GHOST_WAVES waves of them, in any case."""
         if self.steady:
             return True   # latched: slots that flip between real and ghost CTAs unbalance the tail
-        self.steady = self._steady(slots)
+        self.steady = self._steady()
         if self.steady:
-            self.latched = self.recent_duration(slots)
+            self.latched = self.recent_duration()
         return self.steady
 
-    def _steady(self, slots: int) -> bool:
-        d = self.durations
+    def _steady(self) -> bool:
+        d, wave = self.durations, self.wave
         n = len(d)
-        if n >= GHOST_WAVES * slots:
+        if n >= GHOST_WAVES * wave:
             return True
         if n < GHOST_SAMPLES:
             return False
         recent = d[-GHOST_SAMPLES:]
         if max(recent) - min(recent) > STEADY_TOLERANCE * max(recent):
             return False
-        window = min(n, slots)
+        window = min(n, wave)
         # the window's CTAs must have started over at least one of their
         # durations, not in one instant: CTAs that start together agree
         # whatever the contention does next (standard's row softmax after QKᵀ
@@ -1248,12 +1256,12 @@ class _ClassStats:
         if max(starts) - min(starts) < sum(d[-window:]) / window:
             return False
         if window < 2 * GHOST_SAMPLES:
-            return n >= min(slots, GHOST_SAMPLES)
+            return n >= min(wave, GHOST_SAMPLES)
         half = window // 2
         older, newer = sum(d[-window:-half]) / (window - half), sum(d[-half:]) / half
         return abs(newer - older) <= CONVERGED * max(newer, older)
 
-    def recent_duration(self, slots: int) -> float:
+    def recent_duration(self) -> float:
         """Mean of the latest wave of durations when the class first became
         steady: under FIFO queueing single CTAs vary with their place in the
         queue, a wave's mean does not (Little's law: duration = slots ÷
@@ -1265,7 +1273,7 @@ class _ClassStats:
         against 703 in the full simulation."""
         if self.latched is not None:
             return self.latched
-        recent = self.durations[-slots:]
+        recent = self.durations[-self.wave:]
         return sum(recent) / len(recent)
 
     def shares(self) -> bool:

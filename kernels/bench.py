@@ -12,7 +12,8 @@ process and run. Kernel names: standard, fa1, fa2, fa3, fa3_gluon, fa3_fp8, sdpa
 sdpa_cudnn, sdpa_efficient; a config can be pinned with
 name@block_mxblock_nxnum_warpsxnum_stages (e.g. fa2@128x64x8x3; fa3_gluon@128x128x12x2+pp
 with pingpong), and fa3_gluon's launch chosen with +persistent / +grid (one CTA per SM
-looping over tiles, or one per tile) and +lpt / +headorder (causal tile order).
+looping over tiles, or one per tile), +lpt / +headorder (causal tile order) and
++balanced / +roundrobin (how persistent CTAs share the tiles).
 Writes a CSV with provenance (atomically) and a PNG of TFLOP/s vs N.
 No simulator import: runs on a machine with only torch and triton.
 """
@@ -42,7 +43,8 @@ def log(msg):
 
 # fa3_gluon launch options a spec can name after '+' (forward's keyword arguments)
 LAUNCH_FLAGS = {"persistent": ("persistent", True), "grid": ("persistent", False),
-                "lpt": ("lpt", True), "headorder": ("lpt", False)}
+                "lpt": ("lpt", True), "headorder": ("lpt", False),
+                "balanced": ("balanced", True), "roundrobin": ("balanced", False)}
 
 
 def parse_kernel(spec):

@@ -44,6 +44,8 @@ O is written once in the input dtype, LSE (fp32, natural log) as kernels/fa2.py.
 """
 from __future__ import annotations
 
+import heapq
+
 import torch
 import triton
 
@@ -116,14 +118,36 @@ if HAVE_GLUON:
         return bh, kvh * n_kv, row0, gl.maximum(n_blocks, 1)
 
     @gluon.jit
+    def _fa3g_tile_count(sched, sched_stride, n_tiles, SCHEDULED: gl.constexpr):
+        """How many tiles this CTA takes: its row of the host's list schedule
+        (SCHEDULED), or every grid-th tile from its program id."""
+        pid = gl.program_id(0)
+        if SCHEDULED:
+            n = gl.load(sched + pid * sched_stride)
+        else:
+            n = gl.cdiv(n_tiles - pid, gl.num_programs(0))
+        return n
+
+    @gluon.jit
+    def _fa3g_tile_at(sched, sched_stride, i, SCHEDULED: gl.constexpr):
+        """This CTA's i-th tile."""
+        pid = gl.program_id(0)
+        if SCHEDULED:
+            t = gl.load(sched + pid * sched_stride + 1 + i)
+        else:
+            t = pid + i * gl.num_programs(0)
+        return t
+
+    @gluon.jit
     def _fa3g_producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
-                       k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m, n_tiles,
-                       H: gl.constexpr, GROUP: gl.constexpr, ROWS: gl.constexpr,
+                       k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m, n_tiles, sched,
+                       sched_stride, H: gl.constexpr, GROUP: gl.constexpr, ROWS: gl.constexpr,
                        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       LPT: gl.constexpr):
+                       LPT: gl.constexpr, SCHEDULED: gl.constexpr):
         it = 0  # K/V blocks issued so far: the ring position runs on across tiles
         tc = 0  # tiles done by this CTA
-        for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        for i in range(_fa3g_tile_count(sched, sched_stride, n_tiles, SCHEDULED)):
+            t = _fa3g_tile_at(sched, sched_stride, i, SCHEDULED)
             bh, kv_row0, row0, n_iter = _fa3g_tile(t, n_m, n_tiles, n_q, n_kv, causal_off, H, GROUP,
                                                    ROWS, BLOCK_N, CAUSAL, LPT)
             # Q: one tile per consumer, each with its own barriers; a consumer
@@ -160,10 +184,10 @@ if HAVE_GLUON:
     @gluon.jit
     def _fa3g_consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                        v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m, n_tiles,
-                       C: gl.constexpr, H: gl.constexpr, GROUP: gl.constexpr,
+                       sched, sched_stride, C: gl.constexpr, H: gl.constexpr, GROUP: gl.constexpr,
                        HEAD_DIM: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
                        STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                       LPT: gl.constexpr):
+                       LPT: gl.constexpr, SCHEDULED: gl.constexpr):
         # wgmma accumulator layouts of one warpgroup (4 warps along M): S is
         # ROWS x BLOCK_N, O is ROWS x HEAD_DIM; P feeds the second wgmma from
         # registers (A operand), so it takes the dot-operand layout of O's MMA.
@@ -183,7 +207,8 @@ if HAVE_GLUON:
         turn_phase = 1 - C
         it = 0  # ring position (K/V blocks consumed so far), as the producer's
         tc = 0
-        for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        for i in range(_fa3g_tile_count(sched, sched_stride, n_tiles, SCHEDULED)):
+            t = _fa3g_tile_at(sched, sched_stride, i, SCHEDULED)
             bh, kv_row0, row0, n_iter = _fa3g_tile(t, n_m, n_tiles, n_q, n_kv, causal_off, H, GROUP,
                                                    ROWS, BLOCK_N, CAUSAL, LPT)
             row_first = row0 + C * ROWS  # this consumer's first query row within the head
@@ -274,10 +299,11 @@ if HAVE_GLUON:
             gl.store(LSE + bh.to(gl.int64) * n_q + offs_m, lse, mask=offs_m < n_q)
 
     @gluon.jit
-    def _fa3g_fwd(q_desc, k_desc, v_desc, O, LSE, qk_scale, n_q, n_kv, causal_off, n_tiles,
-                  H: gl.constexpr, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
+    def _fa3g_fwd(q_desc, k_desc, v_desc, O, LSE, qk_scale, n_q, n_kv, causal_off, n_tiles, sched,
+                  sched_stride, H: gl.constexpr, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                   ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, LPT: gl.constexpr):
+                  CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, LPT: gl.constexpr,
+                  SCHEDULED: gl.constexpr):
         # 1-D grid over tiles t = (b*H + h) * n_m + m; a CTA takes tiles
         # pid, pid + grid, ... (persistent when the grid is smaller than n_tiles)
         n_m = gl.cdiv(n_q, 2 * ROWS)
@@ -305,15 +331,16 @@ if HAVE_GLUON:
         gl.warp_specialize([
             (_fa3g_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                               v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m,
-                              n_tiles, 0, H, GROUP, HEAD_DIM, ROWS, BLOCK_N, STAGES, CAUSAL,
-                              PINGPONG, LPT)),
+                              n_tiles, sched, sched_stride, 0, H, GROUP, HEAD_DIM, ROWS, BLOCK_N,
+                              STAGES, CAUSAL, PINGPONG, LPT, SCHEDULED)),
             (_fa3g_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                               v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m,
-                              n_tiles, 1, H, GROUP, HEAD_DIM, ROWS, BLOCK_N, STAGES, CAUSAL,
-                              PINGPONG, LPT)),
+                              n_tiles, sched, sched_stride, 1, H, GROUP, HEAD_DIM, ROWS, BLOCK_N,
+                              STAGES, CAUSAL, PINGPONG, LPT, SCHEDULED)),
             (_fa3g_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                               k_ready, k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m,
-                              n_tiles, H, GROUP, ROWS, BLOCK_N, STAGES, CAUSAL, LPT)),
+                              n_tiles, sched, sched_stride, H, GROUP, ROWS, BLOCK_N, STAGES, CAUSAL,
+                              LPT, SCHEDULED)),
         ], [4, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
 
 
@@ -335,6 +362,83 @@ def cfg_lpt(problem: AttentionProblem) -> bool:
     """The causal grid's tile order: heaviest first over the whole grid (True)
     or per head (False)."""
     return False
+
+
+def cfg_balanced(problem: AttentionProblem) -> bool:
+    """Persistent CTAs take their tiles from the host's list schedule (True)
+    or round-robin (False)."""
+    return problem.causal
+
+
+# A tile costs its K/V blocks plus about one block's worth of start and end
+# (its Q load, the first S without a P V beside it, the epilogue). Only the
+# schedule's balance depends on it.
+TILE_OVERHEAD_BLOCKS = 1
+# The last TAIL_ROUNDS x grid tiles go heaviest first. In head order the
+# grid ends on the last heads' heavy tiles, and one CTA finishes up to 7%
+# after the average (causal D=128, N 1k-8k, 132 SMs; 0.5-1% with the tail
+# sorted). Their K/V, 64 KB a tile at D=128 (33 MB for 528 tiles), stays in
+# the 50 MB L2, which heaviest first over the whole grid does not (NOTES.md).
+TAIL_ROUNDS = 4
+
+
+def tile_blocks(problem: AttentionProblem, block_n: int) -> list[int]:
+    """K/V blocks of each Q tile position m of a head, in launch order
+    (causal: heaviest first), as _fa3g_tile counts them."""
+    n_m = cdiv(problem.seqlen_q, BLOCK_M)
+    blocks = []
+    for i in range(n_m):
+        m = n_m - 1 - i if problem.causal else i
+        n = cdiv(problem.seqlen_kv, block_n)
+        if problem.causal:
+            last_row = min((m + 1) * BLOCK_M, problem.seqlen_q) - 1
+            n = min(n, cdiv(last_row + problem.causal_offset + 1, block_n))
+        blocks.append(max(n, 1))
+    return blocks
+
+
+def tile_order(costs: list[int], workers: int) -> list[int]:
+    """Tiles in launch order (head by head), but for the last TAIL_ROUNDS x
+    workers, which go heaviest first."""
+    tail = max(0, len(costs) - TAIL_ROUNDS * workers)
+    return list(range(tail)) + sorted(range(tail, len(costs)), key=lambda t: -costs[t])
+
+
+def list_schedule(costs: list[int], order: list[int], workers: int) -> list[list[int]]:
+    """The tiles in `order`, each to the worker that frees first (ties: the
+    lowest index): what the hardware's block scheduler does with a grid of
+    one tile per CTA, decided ahead, so that a persistent CTA can load its
+    next tile while it computes the current one. costs[t]: tile t's cost."""
+    free = [(0, w) for w in range(workers)]
+    out: list[list[int]] = [[] for _ in range(workers)]
+    for t in order:
+        load, w = heapq.heappop(free)
+        out[w].append(t)
+        heapq.heappush(free, (load + costs[t], w))
+    return out
+
+
+_TABLES: dict = {}
+
+
+def _schedule_table(problem: AttentionProblem, block_n: int, grid: int, device) -> torch.Tensor:
+    """int32 [grid, 1 + most tiles]: a CTA's tile count, then its tiles
+    (list_schedule of tile_order), -1 after; built once per shape and device."""
+    key = (problem.batch * problem.heads, problem.seqlen_q, problem.seqlen_kv, problem.causal,
+           problem.causal_offset, block_n, grid, str(device))
+    table = _TABLES.get(key)
+    if table is None:
+        per_head = tile_blocks(problem, block_n)
+        costs = [per_head[t % len(per_head)] + TILE_OVERHEAD_BLOCKS
+                 for t in range(len(per_head) * problem.batch * problem.heads)]
+        rows = list_schedule(costs, tile_order(costs, grid), grid)
+        width = 1 + max(len(r) for r in rows)
+        table = torch.full((grid, width), -1, dtype=torch.int32)
+        for w, r in enumerate(rows):
+            table[w, 0] = len(r)
+            table[w, 1:1 + len(r)] = torch.tensor(r, dtype=torch.int32)
+        table = _TABLES[key] = table.to(device)
+    return table
 
 
 _SMS = {}
@@ -376,7 +480,7 @@ def _layout(block, torch_dtype):
 
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
-            return_lse=False, pingpong=None, persistent=None, lpt=None):
+            return_lse=False, pingpong=None, persistent=None, lpt=None, balanced=None):
     """FA3 forward with explicit producer / 2-consumer warp specialisation.
     Same contract as kernels.fa3.forward (q [B,H,Nq,D], k/v [B,KVH,Nkv,D];
     returns O, or (O, LSE) with return_lse). config: block_m must be 128 and
@@ -387,7 +491,10 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     only; causal tiles differ in length, and the hardware's own dynamic
     scheduling of a one-tile-per-CTA grid balances them better than a static
     round-robin would). lpt: causal tiles heaviest first over the whole grid,
-    walked as a snake when persistent (default: cfg_lpt; _fa3g_tile says how)."""
+    walked as a snake when persistent (default: cfg_lpt; _fa3g_tile says how).
+    balanced: persistent CTAs take the tiles list_schedule gives them (head
+    order, the last rounds heaviest first: tile_order) instead of every
+    grid-th (default: cfg_balanced, when persistent and not lpt)."""
     problem = problem_of(q, k, v, causal)
     _require_hopper(q.device)
     cfg = config if config is not None else default_config(problem)
@@ -408,11 +515,18 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     n_tiles = cdiv(nq, BLOCK_M) * b * h
     persistent = cfg_persistent(problem) if persistent is None else bool(persistent)
     lpt = cfg_lpt(problem) if lpt is None else bool(lpt)
+    if balanced is None:
+        balanced = persistent and not lpt and cfg_balanced(problem)
+    elif balanced and (not persistent or lpt):
+        raise InvalidConfig("fa3_gluon: balanced=True is a persistent launch in head order; "
+                            f"got persistent={persistent}, lpt={lpt}")
     grid = (min(n_tiles, _sm_count(q.device)) if persistent else n_tiles, )
+    sched = _schedule_table(problem, cfg.block_n, grid[0], q.device) if balanced else lse  # (unread)
     launch(_fa3g_fwd[grid], q_desc, k_desc, v_desc, o, lse, scale * LOG2E, nq, nkv,
-           problem.causal_offset, n_tiles, H=h, GROUP=h // kvh, HEAD_DIM=d, ROWS=ROWS_PER_CONSUMER,
-           BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=problem.causal, PINGPONG=pp,
-           LPT=lpt, num_warps=4, maxnreg=MAXNREG)
+           problem.causal_offset, n_tiles, sched, sched.stride(0) if balanced else 0, H=h,
+           GROUP=h // kvh, HEAD_DIM=d, ROWS=ROWS_PER_CONSUMER, BLOCK_N=cfg.block_n,
+           STAGES=cfg.num_stages, CAUSAL=problem.causal, PINGPONG=pp, LPT=lpt,
+           SCHEDULED=bool(balanced), num_warps=4, maxnreg=MAXNREG)
     return (o, lse) if return_lse else o
 
 
@@ -436,14 +550,16 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
     pdt = "*" + problem.dtype
     sig = {"q_desc": desc([ROWS_PER_CONSUMER, d]), "k_desc": desc([cfg.block_n, d]),
            "v_desc": desc([cfg.block_n, d]), "O": pdt, "LSE": "*fp32", "qk_scale": "fp32",
-           "n_q": "i32", "n_kv": "i32", "causal_off": "i32", "n_tiles": "i32",
+           "n_q": "i32", "n_kv": "i32", "causal_off": "i32", "n_tiles": "i32", "sched": "*i32",
+           "sched_stride": "i32",
            "H": "constexpr", "GROUP": "constexpr", "HEAD_DIM": "constexpr", "ROWS": "constexpr",
            "BLOCK_N": "constexpr", "STAGES": "constexpr", "CAUSAL": "constexpr", "PINGPONG": "constexpr",
-           "LPT": "constexpr"}
+           "LPT": "constexpr", "SCHEDULED": "constexpr"}
     consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": d,
               "ROWS": ROWS_PER_CONSUMER, "BLOCK_N": cfg.block_n, "STAGES": cfg.num_stages,
               "CAUSAL": problem.causal, "PINGPONG": bool(pingpong),
-              "LPT": cfg_lpt(problem)}
+              "LPT": cfg_lpt(problem),
+              "SCHEDULED": cfg_persistent(problem) and cfg_balanced(problem)}
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("O", "LSE")}
     src = GluonASTSource(fn=_fa3g_fwd, signature=sig, constexprs=consts, attrs=attrs)

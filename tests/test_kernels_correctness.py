@@ -293,22 +293,25 @@ def test_fa3_gluon_matches_fp64(case, config):
 
 
 @pytest.mark.skipif(not _gluon_hopper(), reason="fa3_gluon needs a Hopper GPU (sm_90) and Gluon")
-@pytest.mark.parametrize("persistent", [False, True])
-@pytest.mark.parametrize("lpt", [False, True], ids=["head_order", "lpt_order"])
+@pytest.mark.parametrize("launch", [dict(persistent=False, lpt=False), dict(persistent=False, lpt=True),
+                                    dict(persistent=True, lpt=False, balanced=False),
+                                    dict(persistent=True, lpt=True),
+                                    dict(persistent=True, lpt=False, balanced=True)], ids=str)
 @pytest.mark.parametrize("case", [(4, 16, 4, 1000, 1000, 128, True, torch.bfloat16),
                                   (3, 16, 2, 2000, 2000, 64, True, torch.float16),
                                   (2, 16, 2, 2000, 2000, 128, False, torch.bfloat16)], ids=str)
-def test_fa3_gluon_persistent_and_grid(case, persistent, lpt):
-    """Both launch modes and both tile orders on every problem: one tile per
-    CTA (default when causal) and one CTA per SM looping over tiles (default
-    otherwise); tiles per head or heaviest first over the grid (the snake's
-    odd rounds and a partial last round: 3 x 16 heads x 16 Q tiles = 768
-    tiles on 132 SMs). A tile visited twice or never leaves poisoned rows."""
+def test_fa3_gluon_persistent_and_grid(case, launch):
+    """Every launch mode and tile order on every problem: one tile per CTA
+    and one CTA per SM looping over tiles; tiles per head or heaviest first
+    over the grid (the snake's odd rounds and a partial last round: 3 x 16
+    heads x 16 Q tiles = 768 tiles on 132 SMs); round-robin or the host's
+    list schedule (balanced: a CTA's tiles read from a table). A tile
+    visited twice or never leaves poisoned rows."""
     import functools
 
     from kernels import fa3_gluon
 
-    fwd = functools.partial(fa3_gluon.forward, persistent=persistent, lpt=lpt)
+    fwd = functools.partial(fa3_gluon.forward, **launch)
     lse_err, tag = check(fwd, case, None, _seed())
     assert lse_err <= 1e-3, f"LSE error {lse_err:.3e}: {tag}"
 

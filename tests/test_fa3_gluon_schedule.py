@@ -1,0 +1,69 @@
+"""The host-side tile schedule of kernels/fa3_gluon.py's balanced persistent
+launch (no GPU: the table is built on the CPU before the launch)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from algorithms.problem import AttentionProblem
+from kernels import fa3_gluon as g
+
+SMS = 132
+
+
+def _makespan(costs, rows):
+    return max(sum(costs[t] for t in row) for row in rows)
+
+
+def _costs(problem, block_n=128):
+    per_head = g.tile_blocks(problem, block_n)
+    return [per_head[t % len(per_head)] + g.TILE_OVERHEAD_BLOCKS
+            for t in range(len(per_head) * problem.batch * problem.heads)]
+
+
+def test_tile_blocks_follow_the_causal_diagonal():
+    """Causal N=1000 (8 Q tiles, the last one 104 rows): the first tile in
+    launch order is the heaviest (all 8 K/V blocks of 128), the last sees one."""
+    p = AttentionProblem(batch=1, heads=1, seqlen_q=1000, head_dim=128, causal=True)
+    assert g.tile_blocks(p, 128) == [8, 7, 6, 5, 4, 3, 2, 1]
+    # bottom-right aligned: Nkv = 4001 > Nq = 1000 lets every row see 3001 more keys
+    p = AttentionProblem(batch=1, heads=1, seqlen_q=1000, seqlen_kv=4001, head_dim=128, causal=True)
+    assert g.tile_blocks(p, 128)[0] == 32 and g.tile_blocks(p, 128)[-1] == 25
+    p = AttentionProblem(batch=1, heads=1, seqlen_q=1000, head_dim=128, causal=False)
+    assert g.tile_blocks(p, 64) == [16] * 8
+
+
+@pytest.mark.parametrize("n, d", [(1024, 128), (4096, 128), (8192, 128), (4096, 64)])
+def test_balanced_schedule_is_close_to_even(n, d):
+    """Every tile exactly once; the busiest CTA within 2.5% of the average
+    (the sweep's causal shapes, 132 SMs), where taking the tiles in head order,
+    as the hardware does with one tile per CTA, leaves it 3-7% above."""
+    p = AttentionProblem(batch=16384 // n, heads=2048 // d, seqlen_q=n, head_dim=d, causal=True)
+    costs = _costs(p)
+    rows = g.list_schedule(costs, g.tile_order(costs, SMS), SMS)
+    assert sorted(t for row in rows for t in row) == list(range(len(costs)))
+    average = sum(costs) / SMS
+    head_order = _makespan(costs, g.list_schedule(costs, list(range(len(costs))), SMS))
+    assert _makespan(costs, rows) <= 1.025 * average
+    assert head_order >= 1.03 * average
+
+
+def test_tile_order_sorts_only_the_tail():
+    """One worker: the last TAIL_ROUNDS (4) tiles heaviest first, the rest as launched."""
+    costs = [1, 5, 2, 9, 3, 7, 4]
+    assert g.TAIL_ROUNDS == 4
+    assert g.tile_order(costs, 1) == [0, 1, 2, 3, 5, 6, 4]
+    assert g.tile_order(costs, 100) == [3, 5, 1, 6, 4, 2, 0]
+
+
+def test_schedule_table_layout():
+    """Row w: the count of CTA w's tiles, its tiles, then -1."""
+    p = AttentionProblem(batch=2, heads=3, seqlen_q=1000, head_dim=64, causal=True)
+    table = g._schedule_table(p, 128, 5, torch.device("cpu"))
+    assert table.dtype == torch.int32 and table.shape[0] == 5
+    seen = []
+    for row in table.tolist():
+        count = row[0]
+        seen += row[1:1 + count]
+        assert all(x == -1 for x in row[1 + count:])
+    assert sorted(seen) == list(range(2 * 3 * 8))

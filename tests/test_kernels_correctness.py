@@ -1,7 +1,7 @@
 """Correctness of the Triton attention kernels against an fp64 reference.
 
 On a machine without CUDA the kernels run in Triton's interpreter
-(TRITON_INTERPRET=1, set before triton is imported) on small shapes; on a GPU
+(TRITON_INTERPRET=1, set by tests/conftest.py before triton is imported) on small shapes; on a GPU
 the same tests also run the odd lengths 1000/4001 and the Hopper-only fa3.
 Each test draws a fresh seed (printed in the failure message; set
 KERNELS_TEST_SEED to replay one). Outputs and every scratch buffer are
@@ -9,20 +9,15 @@ allocated poisoned (NaN) so an element the kernel forgot to write fails.
 Bound: max |kernel - fp64| <= 2 * max |torch low-precision - fp64| + 2e-4,
 where the torch side is PyTorch's math attention in the same dtype.
 """
+import contextlib
 import os
 
+import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import contextlib  # noqa: E402
-
-import pytest  # noqa: E402
-
-from algorithms.problem import TileConfig  # noqa: E402
-from kernels import fa1, fa2, standard, testing  # noqa: E402
-from kernels.common import make_inputs  # noqa: E402
+from algorithms.problem import TileConfig
+from kernels import fa1, fa2, standard, testing
+from kernels.common import make_inputs
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"

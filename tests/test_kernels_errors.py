@@ -1,17 +1,11 @@
 """Predictable mistakes end in one typed exception from algorithms.errors."""
-import os
-
+import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-
-from algorithms.errors import DoesNotFit, GpusimError, InvalidConfig, InvalidProblem, UnsupportedAlgorithm  # noqa: E402
-from algorithms.problem import TileConfig  # noqa: E402
-from kernels import fa1, fa2, fa3, standard  # noqa: E402
-from kernels.common import make_inputs, problem_of  # noqa: E402
+from algorithms.errors import DoesNotFit, GpusimError, InvalidConfig, InvalidProblem, UnsupportedAlgorithm
+from algorithms.problem import TileConfig
+from kernels import fa1, fa2, fa3, standard
+from kernels.common import make_inputs, problem_of
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"

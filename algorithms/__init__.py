@@ -38,6 +38,9 @@ def check(algo: str, problem: AttentionProblem, config: TileConfig, smem_limit: 
         raise UnsupportedAlgorithm(f"{algo} has no fp8 kernel; fp8 runs with {', '.join(FP8_ALGORITHMS)}")
     if algo not in HOPPER_ONLY and config.num_warps & (config.num_warps - 1):
         raise InvalidConfig(f"{algo}: Triton needs num_warps to be a power of two, got {config.num_warps}")
+    if algo != "fa3" and config.block_m & (config.block_m - 1):
+        raise InvalidConfig(f"{algo}: Triton needs block_m to be a power of two, got {config.block_m} "
+                            f"(a {config.block_m}-row tile runs only in fa3)")
     mod.check(problem, config, smem_limit)
 
 

@@ -21,10 +21,17 @@ def _positive_int(cls, name: str, value) -> None:
         raise cls(f"{name} must be a positive integer, got {value!r}")
 
 
-def _power_of_two(cls, name: str, value: int, low: int, high: int) -> None:
+def _power_of_two(cls, name: str, value: int, low: int, high: int, also: str = "") -> None:
     _positive_int(cls, name, value)
     if value & (value - 1) or not low <= value <= high:
-        raise cls(f"{name} must be a power of two in [{low}, {high}], got {value}")
+        raise cls(f"{name} must be a power of two in [{low}, {high}]{also}, got {value}")
+
+
+# FA3's 192-row tile: three consumer warpgroups of 64 rows (one wgmma M each).
+# FlashAttention-3 names 192 x 128 among its good hdim-128 tiles
+# (hopper/tile_size.h); only the fa3 schedule and kernels/fa3_gluon.py take it,
+# since Triton's tl.arange needs power-of-two shapes (algorithms.check).
+THREE_CONSUMER_BLOCK_M = 192
 
 
 @dataclass(frozen=True)
@@ -134,7 +141,9 @@ class TileConfig:
     intra_wg_overlap: bool = True
 
     def __post_init__(self):
-        _power_of_two(InvalidConfig, "block_m", self.block_m, 16, 256)
+        if not (self.block_m == THREE_CONSUMER_BLOCK_M and self.consumer_warpgroups == 3):
+            _power_of_two(InvalidConfig, "block_m", self.block_m, 16, 256,
+                          also=f" (or {THREE_CONSUMER_BLOCK_M} with consumer_warpgroups=3, FA3's tile)")
         _power_of_two(InvalidConfig, "block_n", self.block_n, 16, 256)
         _power_of_two(InvalidConfig, "block_k", self.block_k, 16, 256)
         _positive_int(InvalidConfig, "num_warps", self.num_warps)

@@ -13,7 +13,8 @@ sdpa_cudnn, sdpa_efficient; a config can be pinned with
 name@block_mxblock_nxnum_warpsxnum_stages (e.g. fa2@128x64x8x3; fa3_gluon@128x128x12x2+pp
 with pingpong), and fa3_gluon's launch chosen with +persistent / +grid (one CTA per SM
 looping over tiles, or one per tile), +lpt / +headorder (causal tile order) and
-+balanced / +roundrobin (how persistent CTAs share the tiles).
++balanced / +roundrobin (how persistent CTAs share the tiles), +psmem / +preg (P, the
+A operand of P V, through SMEM or in registers).
 Writes a CSV with provenance (atomically) and a PNG of TFLOP/s vs N.
 No simulator import: runs on a machine with only torch and triton.
 """
@@ -44,7 +45,8 @@ def log(msg):
 # fa3_gluon launch options a spec can name after '+' (forward's keyword arguments)
 LAUNCH_FLAGS = {"persistent": ("persistent", True), "grid": ("persistent", False),
                 "lpt": ("lpt", True), "headorder": ("lpt", False),
-                "balanced": ("balanced", True), "roundrobin": ("balanced", False)}
+                "balanced": ("balanced", True), "roundrobin": ("balanced", False),
+                "psmem": ("p_smem", True), "preg": ("p_smem", False)}
 
 
 def parse_kernel(spec):

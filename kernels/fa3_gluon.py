@@ -48,6 +48,7 @@ O is written once in the input dtype, LSE (fp32, natural log) as kernels/fa2.py.
 from __future__ import annotations
 
 import heapq
+import re
 
 import torch
 import triton
@@ -60,31 +61,31 @@ from .common import LOG2E, launch, problem_of, require_hopper, resolve_scale
 try:  # Gluon ships with Triton >= 3.5; importing it needs no GPU
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, warpgroup_mma,
-                                                                  warpgroup_mma_wait)
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+                                                                  warpgroup_mma, warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     HAVE_GLUON = True
 except ImportError:  # pragma: no cover - older Triton
     HAVE_GLUON = False
 
 ROWS_PER_CONSUMER = 64  # one warpgroup's wgmma M
-CONSUMERS = 2
+CONSUMERS = 2           # the default: block_m = 128
 BLOCK_M = ROWS_PER_CONSUMER * CONSUMERS
-# setmaxnreg budgets: 3 warpgroups x 128 threads x 168 = 64512 <= 65536 registers.
-# The producer warp gives its registers up; the consumers take 240 each.
-MAXNREG = 168
-CONSUMER_REGS = 240
-PRODUCER_REGS = 24
+# Register budgets by consumer warpgroups, FA3's own (hopper/flash_fwd_kernel_sm90.h:
+# 24 / 240 with two consumer warpgroups, 32 / 160 with three). The CTA launches
+# (consumers + 1) warpgroups' worth of warps (the 1-warp producer's partition is
+# padded to a warpgroup) at MAXNREG each; setmaxnreg then moves the producer's
+# registers to the consumers: 128 x (2 x 240 + 24) = 64512 and
+# 128 x (3 x 160 + 32) = 65536 <= 65536 registers.
+#   consumers: (MAXNREG, consumer registers, producer registers)
+REGISTERS = {2: (168, 240, 24), 3: (128, 160, 32)}
 
 
 if HAVE_GLUON:
-    _CONSUMER_REGS = gl.constexpr(CONSUMER_REGS)
-    _PRODUCER_REGS = gl.constexpr(PRODUCER_REGS)
-
     @gluon.jit
     def _fa3g_tile(t, n_m, n_tiles, n_q, n_kv, causal_off, H: gl.constexpr, GROUP: gl.constexpr,
-                   ROWS: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-                   LPT: gl.constexpr):
+                   ROWS: gl.constexpr, NC: gl.constexpr, BLOCK_N: gl.constexpr,
+                   CAUSAL: gl.constexpr, LPT: gl.constexpr):
         """Tile t -> (b*H + h, K/V head row base, first query row, K/V blocks to visit).
         Head-major order (LPT off): Q tiles of one head are adjacent in t, so
         CTAs running together share that head's K/V through L2 (as fa2's grid
@@ -111,10 +112,10 @@ if HAVE_GLUON:
         b = bh // H
         h = bh % H
         kvh = b * (H // GROUP) + h // GROUP
-        row0 = m * (2 * ROWS)
+        row0 = m * (NC * ROWS)
         n_blocks = gl.cdiv(n_kv, BLOCK_N)
         if CAUSAL:
-            last_row = gl.minimum(row0 + 2 * ROWS, n_q) - 1
+            last_row = gl.minimum(row0 + NC * ROWS, n_q) - 1
             n_blocks = gl.minimum(n_blocks, gl.cdiv(last_row + causal_off + 1, BLOCK_N))
         # at least one block: a tile whose rows see no key (causal with Nq > Nkv)
         # runs block 0 fully masked, which yields NaN rows as the fp64 reference does
@@ -145,18 +146,18 @@ if HAVE_GLUON:
     def _fa3g_producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
                        k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m, n_tiles, sched,
                        sched_stride, H: gl.constexpr, GROUP: gl.constexpr, ROWS: gl.constexpr,
-                       BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       LPT: gl.constexpr, SCHEDULED: gl.constexpr):
+                       NC: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                       CAUSAL: gl.constexpr, LPT: gl.constexpr, SCHEDULED: gl.constexpr):
         it = 0  # K/V blocks issued so far: the ring position runs on across tiles
         tc = 0  # tiles done by this CTA
         for i in range(_fa3g_tile_count(sched, sched_stride, n_tiles, SCHEDULED)):
             t = _fa3g_tile_at(sched, sched_stride, i, SCHEDULED)
             bh, kv_row0, row0, n_iter = _fa3g_tile(t, n_m, n_tiles, n_q, n_kv, causal_off, H, GROUP,
-                                                   ROWS, BLOCK_N, CAUSAL, LPT)
+                                                   ROWS, NC, BLOCK_N, CAUSAL, LPT)
             # Q: one tile per consumer, each with its own barriers; a consumer
             # frees its Q buffer once the last S GEMM of its previous tile retired.
             # Empty barriers start "phase 1 complete": the first lap passes at once.
-            for c in gl.static_range(2):
+            for c in gl.static_range(NC):
                 mbarrier.wait(q_empty.index(c), (tc & 1) ^ 1)
                 mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
                 tma.async_copy_global_to_shared(q_desc, [bh * n_q + row0 + c * ROWS, 0],
@@ -185,15 +186,40 @@ if HAVE_GLUON:
         return gl.where(keep, s, float("-inf"))
 
     @gluon.jit
-    def _fa3g_consumer(q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
+    def _fa3g_p_to_smem(p, p_buf, dtype: gl.constexpr):
+        """Write P (this warpgroup's ROWS x BLOCK_N) into its SMEM buffer for an
+        SS wgmma. fence_async_shared makes the generic-proxy stores visible to
+        the tensor cores' async proxy; each warp's 16 rows of P are the A rows of
+        its own share of the wgmma, so no warpgroup barrier is needed (FA3's
+        write_P_to_smem: fence, then __syncwarp). Returns a token that stands in
+        for P in the register path's wait deps."""
+        p_buf.store(p.to(dtype))
+        fence_async_shared()
+        return 0
+
+    @gluon.jit
+    def _fa3g_wait_pv(acc, p_op, P_SMEM: gl.constexpr):
+        """Wait for O += P V. P in registers must stay live until its wgmma
+        retires, so it is passed as a dep; P in SMEM needs no register dep."""
+        if P_SMEM:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        else:
+            acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+        return acc, p_op
+
+    @gluon.jit
+    def _fa3g_consumer(q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                        v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m, n_tiles,
                        sched, sched_stride, C: gl.constexpr, H: gl.constexpr, GROUP: gl.constexpr,
-                       HEAD_DIM: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
-                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                       LPT: gl.constexpr, SCHEDULED: gl.constexpr):
+                       HEAD_DIM: gl.constexpr, ROWS: gl.constexpr, NC: gl.constexpr,
+                       BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                       PINGPONG: gl.constexpr, P_SMEM: gl.constexpr, LPT: gl.constexpr,
+                       SCHEDULED: gl.constexpr):
         # wgmma accumulator layouts of one warpgroup (4 warps along M): S is
         # ROWS x BLOCK_N, O is ROWS x HEAD_DIM; P feeds the second wgmma from
-        # registers (A operand), so it takes the dot-operand layout of O's MMA.
+        # registers (A operand), so it takes the dot-operand layout of O's MMA,
+        # or (P_SMEM) from this consumer's ROWS x BLOCK_N buffer in SMEM, which
+        # frees its 32 registers a thread (three consumers get 160 each, not 240).
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 16])
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -203,17 +229,18 @@ if HAVE_GLUON:
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
         dtype: gl.constexpr = q_smem.dtype
         q = q_smem.index(C)
+        p_buf = p_smem.index(C if P_SMEM else 0)
         s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
         # turn barriers start "phase 1 complete": consumer 0 passes its first
-        # wait at once, consumer 1 waits for consumer 0's first arrive. Both
+        # wait at once, consumer c waits for consumer c-1's first arrive. All
         # consumers take n_iter + 1 turns per tile, so the phases stay paired.
-        turn_phase = 1 - C
+        turn_phase = 1 if C == 0 else 0
         it = 0  # ring position (K/V blocks consumed so far), as the producer's
         tc = 0
         for i in range(_fa3g_tile_count(sched, sched_stride, n_tiles, SCHEDULED)):
             t = _fa3g_tile_at(sched, sched_stride, i, SCHEDULED)
             bh, kv_row0, row0, n_iter = _fa3g_tile(t, n_m, n_tiles, n_q, n_kv, causal_off, H, GROUP,
-                                                   ROWS, BLOCK_N, CAUSAL, LPT)
+                                                   ROWS, NC, BLOCK_N, CAUSAL, LPT)
             row_first = row0 + C * ROWS  # this consumer's first query row within the head
             offs_m = row_first + gl.arange(0, ROWS, layout=row_s)
             offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -232,7 +259,7 @@ if HAVE_GLUON:
             s = warpgroup_mma(q, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
                               is_async=True)
             if PINGPONG:
-                mbarrier.arrive(turn.index(1 - C), count=1)
+                mbarrier.arrive(turn.index((C + 1) % NC), count=1)
             turn_phase ^= 1
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             mbarrier.arrive(k_empty.index(st), count=1)
@@ -241,7 +268,10 @@ if HAVE_GLUON:
             m_i = gl.max(s, 1) * qk_scale
             p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
             l_i = gl.sum(p, 1)
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            if P_SMEM:
+                p_op = _fa3g_p_to_smem(p, p_buf, dtype)
+            else:
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
 
             # ---- blocks 1 .. n_iter-1: issue S_j and P_{j-1} V_{j-1}; softmax(j) under the PV
             for j in range(1, n_iter):
@@ -254,9 +284,12 @@ if HAVE_GLUON:
                     mbarrier.wait(turn.index(C), turn_phase)
                 s = warpgroup_mma(q, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
-                acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+                if P_SMEM:
+                    acc = warpgroup_mma(p_buf, v_smem.index(prev), acc, is_async=True)
+                else:
+                    acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
                 if PINGPONG:
-                    mbarrier.arrive(turn.index(1 - C), count=1)
+                    mbarrier.arrive(turn.index((C + 1) % NC), count=1)
                 turn_phase ^= 1
                 # S_j done (P_{j-1} V_{j-1} may still run): release K_j's slot
                 s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
@@ -268,11 +301,13 @@ if HAVE_GLUON:
                 p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
                 l_i = l_i * alpha + gl.sum(p, 1)
                 m_i = m_new
-                # P_{j-1} (registers) must stay live until its wgmma retires: pass it as a dep
-                acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+                acc, p_op = _fa3g_wait_pv(acc, p_op, P_SMEM)
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
+                if P_SMEM:  # P_{j-1}'s product has retired: its buffer takes P_j
+                    p_op = _fa3g_p_to_smem(p, p_buf, dtype)
+                else:
+                    p_op = gl.convert_layout(p.to(dtype), p_layout)
             # every S GEMM of this tile has retired: the producer may load the next Q
             mbarrier.arrive(q_empty.index(C), count=1)
 
@@ -281,11 +316,14 @@ if HAVE_GLUON:
             mbarrier.wait(v_ready.index(last), ((it + n_iter - 1) // STAGES) & 1)
             if PINGPONG:
                 mbarrier.wait(turn.index(C), turn_phase)
-            acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+            if P_SMEM:
+                acc = warpgroup_mma(p_buf, v_smem.index(last), acc, is_async=True)
+            else:
+                acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
             if PINGPONG:
-                mbarrier.arrive(turn.index(1 - C), count=1)
+                mbarrier.arrive(turn.index((C + 1) % NC), count=1)
             turn_phase ^= 1
-            acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+            acc, p_op = _fa3g_wait_pv(acc, p_op, P_SMEM)
             mbarrier.arrive(v_empty.index(last), count=1)
             it += n_iter
             tc += 1
@@ -304,47 +342,76 @@ if HAVE_GLUON:
     @gluon.jit
     def _fa3g_fwd(q_desc, k_desc, v_desc, O, LSE, qk_scale, n_q, n_kv, causal_off, n_tiles, sched,
                   sched_stride, H: gl.constexpr, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
-                  ROWS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, LPT: gl.constexpr,
-                  SCHEDULED: gl.constexpr):
+                  ROWS: gl.constexpr, NC: gl.constexpr, BLOCK_N: gl.constexpr,
+                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                  P_SMEM: gl.constexpr, P_LAYOUT: gl.constexpr, LPT: gl.constexpr,
+                  SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                  PRODUCER_REGS: gl.constexpr):
         # 1-D grid over tiles t = (b*H + h) * n_m + m; a CTA takes tiles
         # pid, pid + grid, ... (persistent when the grid is smaller than n_tiles)
-        n_m = gl.cdiv(n_q, 2 * ROWS)
+        n_m = gl.cdiv(n_q, NC * ROWS)
         dtype: gl.constexpr = q_desc.dtype
-        q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
+        q_smem = gl.allocate_shared_memory(dtype, [NC, ROWS, HEAD_DIM], q_desc.layout)
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-        q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        if P_SMEM:
+            p_smem = gl.allocate_shared_memory(dtype, [NC, ROWS, BLOCK_N], P_LAYOUT)
+        else:
+            p_smem = q_smem  # unused: P stays in registers
+        q_ready = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
+        turn = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(2):
+        for i in gl.static_range(NC):
             mbarrier.init(q_ready.index(i), count=1)
             mbarrier.init(q_empty.index(i), count=1)
             mbarrier.init(turn.index(i), count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
-            mbarrier.init(k_empty.index(i), count=2)  # both consumers release a slot
-            mbarrier.init(v_empty.index(i), count=2)
+            mbarrier.init(k_empty.index(i), count=NC)  # every consumer releases a slot
+            mbarrier.init(v_empty.index(i), count=NC)
 
-        gl.warp_specialize([
-            (_fa3g_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                              v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m,
-                              n_tiles, sched, sched_stride, 0, H, GROUP, HEAD_DIM, ROWS, BLOCK_N,
-                              STAGES, CAUSAL, PINGPONG, LPT, SCHEDULED)),
-            (_fa3g_consumer, (q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                              v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m,
-                              n_tiles, sched, sched_stride, 1, H, GROUP, HEAD_DIM, ROWS, BLOCK_N,
-                              STAGES, CAUSAL, PINGPONG, LPT, SCHEDULED)),
-            (_fa3g_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
-                              k_ready, k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m,
-                              n_tiles, sched, sched_stride, H, GROUP, ROWS, BLOCK_N, STAGES, CAUSAL,
-                              LPT, SCHEDULED)),
-        ], [4, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
+        # consumer 0 is the default partition (the launch's num_warps=4); the
+        # others and the 1-warp producer are workers. (Gluon takes the partitions
+        # as literal (function, arguments) pairs, hence the two spelled-out lists.)
+        if NC == 2:
+            gl.warp_specialize([
+                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
+                                  v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
+                                  n_m, n_tiles, sched, sched_stride, 0, H, GROUP, HEAD_DIM, ROWS, NC,
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, LPT, SCHEDULED)),
+                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
+                                  v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
+                                  n_m, n_tiles, sched, sched_stride, 1, H, GROUP, HEAD_DIM, ROWS, NC,
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, LPT, SCHEDULED)),
+                (_fa3g_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
+                                  k_ready, k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m,
+                                  n_tiles, sched, sched_stride, H, GROUP, ROWS, NC, BLOCK_N, STAGES,
+                                  CAUSAL, LPT, SCHEDULED)),
+            ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+        else:
+            gl.warp_specialize([
+                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
+                                  v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
+                                  n_m, n_tiles, sched, sched_stride, 0, H, GROUP, HEAD_DIM, ROWS, NC,
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, LPT, SCHEDULED)),
+                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
+                                  v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
+                                  n_m, n_tiles, sched, sched_stride, 1, H, GROUP, HEAD_DIM, ROWS, NC,
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, LPT, SCHEDULED)),
+                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
+                                  v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
+                                  n_m, n_tiles, sched, sched_stride, 2, H, GROUP, HEAD_DIM, ROWS, NC,
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, LPT, SCHEDULED)),
+                (_fa3g_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
+                                  k_ready, k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m,
+                                  n_tiles, sched, sched_stride, H, GROUP, ROWS, NC, BLOCK_N, STAGES,
+                                  CAUSAL, LPT, SCHEDULED)),
+            ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
 
 
 def default_config(problem: AttentionProblem) -> TileConfig:
@@ -390,16 +457,16 @@ TILE_OVERHEAD_BLOCKS = 1
 TAIL_ROUNDS = 4
 
 
-def tile_blocks(problem: AttentionProblem, block_n: int) -> list[int]:
+def tile_blocks(problem: AttentionProblem, block_n: int, block_m: int = BLOCK_M) -> list[int]:
     """K/V blocks of each Q tile position m of a head, in launch order
     (causal: heaviest first), as _fa3g_tile counts them."""
-    n_m = cdiv(problem.seqlen_q, BLOCK_M)
+    n_m = cdiv(problem.seqlen_q, block_m)
     blocks = []
     for i in range(n_m):
         m = n_m - 1 - i if problem.causal else i
         n = cdiv(problem.seqlen_kv, block_n)
         if problem.causal:
-            last_row = min((m + 1) * BLOCK_M, problem.seqlen_q) - 1
+            last_row = min((m + 1) * block_m, problem.seqlen_q) - 1
             n = min(n, cdiv(last_row + problem.causal_offset + 1, block_n))
         blocks.append(max(n, 1))
     return blocks
@@ -429,14 +496,15 @@ def list_schedule(costs: list[int], order: list[int], workers: int) -> list[list
 _TABLES: dict = {}
 
 
-def _schedule_table(problem: AttentionProblem, block_n: int, grid: int, device) -> torch.Tensor:
+def _schedule_table(problem: AttentionProblem, block_m: int, block_n: int, grid: int,
+                    device) -> torch.Tensor:
     """int32 [grid, 1 + most tiles]: a CTA's tile count, then its tiles
     (list_schedule of tile_order), -1 after; built once per shape and device."""
     key = (problem.batch * problem.heads, problem.seqlen_q, problem.seqlen_kv, problem.causal,
-           problem.causal_offset, block_n, grid, str(device))
+           problem.causal_offset, block_m, block_n, grid, str(device))
     table = _TABLES.get(key)
     if table is None:
-        per_head = tile_blocks(problem, block_n)
+        per_head = tile_blocks(problem, block_n, block_m)
         costs = [per_head[t % len(per_head)] + TILE_OVERHEAD_BLOCKS
                  for t in range(len(per_head) * problem.batch * problem.heads)]
         rows = list_schedule(costs, tile_order(costs, grid), grid)
@@ -459,21 +527,37 @@ def _sm_count(device) -> int:
     return _SMS[idx]
 
 
-def _check(problem: AttentionProblem, cfg: TileConfig) -> None:
+def p_in_smem(cfg: TileConfig) -> bool:
+    """Where P, the A operand of O += P V, lives: in registers with two
+    consumer warpgroups (240 registers a thread hold S, P and O), in SMEM with
+    three (160 a thread do not hold P's 32 besides S's and O's 64 each; FA3
+    makes the same choice for its 192-row tile, hopper/tile_size.h)."""
+    return cfg.consumer_warpgroups == 3
+
+
+def smem_bytes(problem: AttentionProblem, cfg: TileConfig, p_smem: bool) -> int:
+    """Q tiles + the K/V ring (+ a P buffer per consumer), barriers aside."""
+    e, d = problem.elem_bytes, problem.head_dim
+    p = cfg.block_m * cfg.block_n if p_smem else 0
+    return e * (d * (cfg.block_m + 2 * cfg.num_stages * cfg.block_n) + p)
+
+
+def _check(problem: AttentionProblem, cfg: TileConfig, p_smem: bool) -> None:
     if problem.head_dim not in (64, 128):
         raise InvalidProblem(f"fa3_gluon supports head_dim 64 and 128, got {problem.head_dim}")
-    if cfg.block_m != BLOCK_M or cfg.consumer_warpgroups != CONSUMERS:
-        raise InvalidConfig(f"fa3_gluon runs {CONSUMERS} consumer warpgroups of {ROWS_PER_CONSUMER} rows: "
-                            f"block_m must be {BLOCK_M} and consumer_warpgroups {CONSUMERS}, got "
+    if cfg.consumer_warpgroups not in REGISTERS or \
+            cfg.block_m != ROWS_PER_CONSUMER * cfg.consumer_warpgroups:
+        raise InvalidConfig(f"fa3_gluon runs 2 or 3 consumer warpgroups of {ROWS_PER_CONSUMER} rows: "
+                            f"block_m must be 128 with consumer_warpgroups 2, or 192 with 3; got "
                             f"{cfg.block_m} and {cfg.consumer_warpgroups}")
     if cfg.block_n not in (64, 128) or cfg.num_stages < 2:
         raise InvalidConfig(f"fa3_gluon needs block_n in (64, 128) and num_stages >= 2, got "
                             f"{cfg.block_n} and {cfg.num_stages}")
-    e, d = problem.elem_bytes, problem.head_dim
-    smem = e * d * (BLOCK_M + 2 * cfg.num_stages * cfg.block_n)
+    smem = smem_bytes(problem, cfg, p_smem)
     if smem > 227 * 1024:
-        raise InvalidConfig(f"fa3_gluon: Q + {cfg.num_stages}-stage K/V ring need {smem} B of SMEM "
-                            f"(> 227 KB); reduce num_stages or block_n")
+        raise InvalidConfig(f"fa3_gluon: Q + {cfg.num_stages}-stage K/V ring"
+                            f"{' + P' if p_smem else ''} need {smem} B of SMEM (> 227 KB); "
+                            f"reduce num_stages or block_n")
 
 
 def _require_hopper(device):
@@ -488,13 +572,15 @@ def _layout(block, torch_dtype):
 
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
-            return_lse=False, pingpong=None, persistent=None, lpt=None, balanced=None):
-    """FA3 forward with explicit producer / 2-consumer warp specialisation.
+            return_lse=False, pingpong=None, persistent=None, lpt=None, balanced=None,
+            p_smem=None):
+    """FA3 forward with explicit producer / consumer warp specialisation.
     Same contract as kernels.fa3.forward (q [B,H,Nq,D], k/v [B,KVH,Nkv,D];
-    returns O, or (O, LSE) with return_lse). config: block_m must be 128 and
-    consumer_warpgroups 2; block_n and num_stages are used; num_warps is not
-    (the CTA always has 2 consumer warpgroups + a 1-warp producer, 12 warp
-    slots). pingpong defaults to config.pingpong (default_config: False).
+    returns O, or (O, LSE) with return_lse). config: consumer_warpgroups 2
+    with block_m 128, or 3 with block_m 192; block_n and num_stages are used;
+    num_warps is not (the CTA always has its consumer warpgroups + a 1-warp
+    producer). pingpong defaults to config.pingpong (default_config: False).
+    p_smem: P through SMEM rather than registers (default: p_in_smem).
     persistent: one CTA per SM looping over the tiles (default: cfg_persistent,
     always), or one tile per CTA, which the hardware hands out as SMs free up
     (causal tiles differ in length; a static round-robin balances them worse
@@ -508,7 +594,8 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     cfg = config if config is not None else default_config(problem)
     if not isinstance(cfg, TileConfig):
         raise InvalidConfig(f"config must be an algorithms.problem.TileConfig, got {type(cfg).__name__}")
-    _check(problem, cfg)
+    p_smem = p_in_smem(cfg) if p_smem is None else bool(p_smem)
+    _check(problem, cfg, p_smem)
     pp = cfg.pingpong if pingpong is None else bool(pingpong)
     scale = resolve_scale(sm_scale, problem.head_dim)
     b, h, nq, d = q.shape
@@ -520,7 +607,7 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     kv_block = [cfg.block_n, d]
     k_desc = TensorDescriptor.from_tensor(k2, kv_block, _layout(kv_block, q.dtype))
     v_desc = TensorDescriptor.from_tensor(v2, kv_block, _layout(kv_block, q.dtype))
-    n_tiles = cdiv(nq, BLOCK_M) * b * h
+    n_tiles = cdiv(nq, cfg.block_m) * b * h
     persistent = cfg_persistent(problem) if persistent is None else bool(persistent)
     lpt = cfg_lpt(problem) if lpt is None else bool(lpt)
     if balanced is None:
@@ -529,26 +616,33 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
         raise InvalidConfig("fa3_gluon: balanced=True is a persistent launch in head order; "
                             f"got persistent={persistent}, lpt={lpt}")
     grid = (min(n_tiles, _sm_count(q.device)) if persistent else n_tiles, )
-    sched = _schedule_table(problem, cfg.block_n, grid[0], q.device) if balanced else lse  # (unread)
+    sched = (_schedule_table(problem, cfg.block_m, cfg.block_n, grid[0], q.device) if balanced
+             else lse)  # (unread)
+    maxnreg, consumer_regs, producer_regs = REGISTERS[cfg.consumer_warpgroups]
     launch(_fa3g_fwd[grid], q_desc, k_desc, v_desc, o, lse, scale * LOG2E, nq, nkv,
            problem.causal_offset, n_tiles, sched, sched.stride(0) if balanced else 0, H=h,
-           GROUP=h // kvh, HEAD_DIM=d, ROWS=ROWS_PER_CONSUMER, BLOCK_N=cfg.block_n,
-           STAGES=cfg.num_stages, CAUSAL=problem.causal, PINGPONG=pp, LPT=lpt,
-           SCHEDULED=bool(balanced), num_warps=4, maxnreg=MAXNREG)
+           GROUP=h // kvh, HEAD_DIM=d, ROWS=ROWS_PER_CONSUMER, NC=cfg.consumer_warpgroups,
+           BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=problem.causal, PINGPONG=pp,
+           P_SMEM=p_smem, P_LAYOUT=_layout([ROWS_PER_CONSUMER, cfg.block_n], q.dtype), LPT=lpt,
+           SCHEDULED=bool(balanced), CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
+           num_warps=4, maxnreg=maxnreg)
     return (o, lse) if return_lse else o
 
 
 def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, pingpong=True,
-                  target=90) -> dict:
+                  target=90, p_smem=None) -> dict:
     """Cross-compile _fa3g_fwd for sm_90 without a GPU (bundled ptxas):
-    {"smem_bytes", "n_regs", "warp_specialized", "ttgir", "ptx"}."""
+    {"smem_bytes", "n_regs", "stack_bytes", "warp_specialized", "ttgir", "ptx"}
+    (stack_bytes: a thread's local-memory frame, where ptxas spills; None
+    without the bundled cuobjdump)."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from . import sass
 
     cfg = config or default_config(problem)
-    _check(problem, cfg)
+    p_smem = p_in_smem(cfg) if p_smem is None else bool(p_smem)
+    _check(problem, cfg, p_smem)
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[problem.dtype]
     d = problem.head_dim
 
@@ -560,20 +654,27 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
            "v_desc": desc([cfg.block_n, d]), "O": pdt, "LSE": "*fp32", "qk_scale": "fp32",
            "n_q": "i32", "n_kv": "i32", "causal_off": "i32", "n_tiles": "i32", "sched": "*i32",
            "sched_stride": "i32",
-           "H": "constexpr", "GROUP": "constexpr", "HEAD_DIM": "constexpr", "ROWS": "constexpr",
-           "BLOCK_N": "constexpr", "STAGES": "constexpr", "CAUSAL": "constexpr", "PINGPONG": "constexpr",
-           "LPT": "constexpr", "SCHEDULED": "constexpr"}
+           **{name: "constexpr" for name in ("H", "GROUP", "HEAD_DIM", "ROWS", "NC", "BLOCK_N",
+                                             "STAGES", "CAUSAL", "PINGPONG", "P_SMEM", "P_LAYOUT",
+                                             "LPT", "SCHEDULED", "CONSUMER_REGS",
+                                             "PRODUCER_REGS")}}
+    maxnreg, consumer_regs, producer_regs = REGISTERS[cfg.consumer_warpgroups]
     consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": d,
-              "ROWS": ROWS_PER_CONSUMER, "BLOCK_N": cfg.block_n, "STAGES": cfg.num_stages,
-              "CAUSAL": problem.causal, "PINGPONG": bool(pingpong),
+              "ROWS": ROWS_PER_CONSUMER, "NC": cfg.consumer_warpgroups, "BLOCK_N": cfg.block_n,
+              "STAGES": cfg.num_stages, "CAUSAL": problem.causal, "PINGPONG": bool(pingpong),
+              "P_SMEM": p_smem, "P_LAYOUT": _layout([ROWS_PER_CONSUMER, cfg.block_n], tdt),
               "LPT": cfg_lpt(problem),
-              "SCHEDULED": cfg_persistent(problem) and cfg_balanced(problem)}
+              "SCHEDULED": cfg_persistent(problem) and cfg_balanced(problem),
+              "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs}
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("O", "LSE")}
     src = GluonASTSource(fn=_fa3g_fwd, signature=sig, constexprs=consts, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", target, 32),
-                              options={"num_warps": 4, "maxnreg": MAXNREG})
+                              options={"num_warps": 4, "maxnreg": maxnreg})
     ttgir = compiled.asm.get("ttgir", "")
-    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": sass.registers(compiled),
+    res_usage = sass.cuobjdump(compiled, "-res-usage")
+    stack = re.search(r"STACK:(\d+)", res_usage or "")
+    return {"smem_bytes": int(compiled.metadata.shared), "n_regs": sass.registers(compiled, res_usage),
+            "stack_bytes": int(stack.group(1)) if stack else None,
             "warp_specialized": "ttg.warp_specialize" in ttgir, "ttgir": ttgir,
             "ptx": compiled.asm.get("ptx", "")}

@@ -56,14 +56,23 @@ def test_tile_order_sorts_only_the_tail():
     assert g.tile_order(costs, 100) == [3, 5, 1, 6, 4, 2, 0]
 
 
-def test_schedule_table_layout():
-    """Row w: the count of CTA w's tiles, its tiles, then -1."""
+@pytest.mark.parametrize("block_m, tiles_per_head", [(128, 8), (192, 6)])
+def test_schedule_table_layout(block_m, tiles_per_head):
+    """Row w: the count of CTA w's tiles, its tiles, then -1; every tile once
+    (N=1000: 8 tiles of 128 rows a head, or 6 of 192)."""
     p = AttentionProblem(batch=2, heads=3, seqlen_q=1000, head_dim=64, causal=True)
-    table = g._schedule_table(p, 128, 5, torch.device("cpu"))
+    table = g._schedule_table(p, block_m, 128, 5, torch.device("cpu"))
     assert table.dtype == torch.int32 and table.shape[0] == 5
     seen = []
     for row in table.tolist():
         count = row[0]
         seen += row[1:1 + count]
         assert all(x == -1 for x in row[1 + count:])
-    assert sorted(seen) == list(range(2 * 3 * 8))
+    assert sorted(seen) == list(range(2 * 3 * tiles_per_head))
+
+
+def test_tile_blocks_of_the_192_row_tile():
+    """Three consumers' 192-row tiles, causal N=1000, block_n 128: the last
+    tile (rows 960-999) sees 8 blocks, the first (rows 0-191) 2."""
+    p = AttentionProblem(batch=1, heads=1, seqlen_q=1000, head_dim=128, causal=True)
+    assert g.tile_blocks(p, 128, 192) == [8, 8, 6, 5, 3, 2]

@@ -274,6 +274,11 @@ FA3_GLUON_CONFIGS = {
     "bn64": TileConfig(block_m=128, block_n=64, num_warps=12, num_stages=2, consumer_warpgroups=2),
     "s3_nopingpong": TileConfig(block_m=128, block_n=128, num_warps=12, num_stages=3,
                                 consumer_warpgroups=2, pingpong=False),
+    # three consumer warpgroups, 192 rows, P through SMEM (p_in_smem)
+    "c3": TileConfig(block_m=192, block_n=128, num_warps=16, num_stages=2, consumer_warpgroups=3,
+                     pingpong=False),
+    "c3_bn64_s3": TileConfig(block_m=192, block_n=64, num_warps=16, num_stages=3,
+                             consumer_warpgroups=3, pingpong=False),
 }
 
 
@@ -308,6 +313,27 @@ def test_fa3_gluon_persistent_and_grid(case, launch):
 
     fwd = functools.partial(fa3_gluon.forward, **launch)
     lse_err, tag = check(fwd, case, None, _seed())
+    assert lse_err <= 1e-3, f"LSE error {lse_err:.3e}: {tag}"
+
+
+@pytest.mark.skipif(not _gluon_hopper(), reason="fa3_gluon needs a Hopper GPU (sm_90) and Gluon")
+@pytest.mark.parametrize("variant", [("default", dict(p_smem=True)), ("c3", dict(p_smem=False)),
+                                     ("c3", dict(pingpong=True)),
+                                     ("c3", dict(persistent=False))], ids=str)
+@pytest.mark.parametrize("case", [(2, 8, 2, 1000, 1000, 128, True, torch.bfloat16),
+                                  (1, 4, 4, 1000, 4001, 64, False, torch.float16),
+                                  (4, 16, 4, 1000, 1000, 128, False, torch.bfloat16)], ids=str)
+def test_fa3_gluon_p_placement_and_consumers(case, variant):
+    """P through SMEM with two consumers and in registers with three (each
+    config's other choice); three consumers taking turns (pingpong's turn
+    barrier passed round a ring of three) and one tile per CTA."""
+    import functools
+
+    from kernels import fa3_gluon
+
+    config, launch = variant
+    fwd = functools.partial(fa3_gluon.forward, **launch)
+    lse_err, tag = check(fwd, case, FA3_GLUON_CONFIGS[config], _seed())
     assert lse_err <= 1e-3, f"LSE error {lse_err:.3e}: {tag}"
 
 

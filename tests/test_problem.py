@@ -30,6 +30,8 @@ def test_problem_defaults_and_gqa():
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(block_m=96), "block_m must be a power of two"),
+    (dict(block_m=192), "or 192 with consumer_warpgroups=3"),
+    (dict(block_m=192, consumer_warpgroups=2), "block_m must be a power of two"),
     (dict(block_n=512), "block_n must be a power of two in \\[16, 256\\]"),
     (dict(num_stages=0), "num_stages must be a positive integer"),
     (dict(num_warps=64), "num_warps must be in \\[1, 32\\]"),
@@ -65,3 +67,15 @@ def test_fa3_config_rules():
         algorithms.check("fa3", p, good.with_(num_warps=8), 232448)
     with pytest.raises(InvalidConfig, match="multiple of 64 rows"):
         algorithms.check("fa3", p, good.with_(block_m=64), 232448)
+
+
+def test_192_row_tile_runs_only_in_fa3():
+    """FA3's three-consumer tile (192 rows) is a TileConfig; the schedules whose
+    Triton kernels need power-of-two shapes refuse it with one line."""
+    p = AttentionProblem(batch=1, heads=16, seqlen_q=4096, head_dim=128)
+    cfg = TileConfig(block_m=192, block_n=128, num_warps=16, num_stages=2, mma="wgmma",
+                     consumer_warpgroups=3)
+    algorithms.check("fa3", p, cfg, 232448)
+    for algo in ("fa2", "fa1", "standard", "fa3_triton"):
+        with pytest.raises(InvalidConfig, match="block_m to be a power of two, got 192"):
+            algorithms.check(algo, p, cfg.with_(num_warps=8 if algo != "fa3_triton" else 16), 232448)

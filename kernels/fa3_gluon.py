@@ -213,8 +213,8 @@ if HAVE_GLUON:
                        sched, sched_stride, C: gl.constexpr, H: gl.constexpr, GROUP: gl.constexpr,
                        HEAD_DIM: gl.constexpr, ROWS: gl.constexpr, NC: gl.constexpr,
                        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       PINGPONG: gl.constexpr, P_SMEM: gl.constexpr, LPT: gl.constexpr,
-                       SCHEDULED: gl.constexpr):
+                       PINGPONG: gl.constexpr, P_SMEM: gl.constexpr, Q_REGS: gl.constexpr,
+                       LPT: gl.constexpr, SCHEDULED: gl.constexpr):
         # wgmma accumulator layouts of one warpgroup (4 warps along M): S is
         # ROWS x BLOCK_N, O is ROWS x HEAD_DIM; P feeds the second wgmma from
         # registers (A operand), so it takes the dot-operand layout of O's MMA,
@@ -225,6 +225,9 @@ if HAVE_GLUON:
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, HEAD_DIM, 16])
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        # Q_REGS: Q as the register A operand of S = Q Kᵀ (loaded once a tile),
+        # so a step's QKᵀ reads only K from SMEM, 16 KB less a consumer and step
+        q_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
         dtype: gl.constexpr = q_smem.dtype
@@ -250,13 +253,18 @@ if HAVE_GLUON:
                 n_full = gl.maximum(gl.minimum(n_full, (row_first + causal_off + 1) // BLOCK_N), 0)
             acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
             mbarrier.wait(q_ready.index(C), tc & 1)
+            if Q_REGS:  # Q now lives in registers: its buffer may take the next tile's Q
+                q_op = q.load(q_layout)
+                mbarrier.arrive(q_empty.index(C), count=1)
+            else:
+                q_op = q
 
             # ---- block 0: S_0 only (no P V yet)
             st = it % STAGES
             mbarrier.wait(k_ready.index(st), (it // STAGES) & 1)
             if PINGPONG:
                 mbarrier.wait(turn.index(C), turn_phase)
-            s = warpgroup_mma(q, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
+            s = warpgroup_mma(q_op, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
                               is_async=True)
             if PINGPONG:
                 mbarrier.arrive(turn.index((C + 1) % NC), count=1)
@@ -282,7 +290,7 @@ if HAVE_GLUON:
                 mbarrier.wait(v_ready.index(prev), ((it + j - 1) // STAGES) & 1)
                 if PINGPONG:
                     mbarrier.wait(turn.index(C), turn_phase)
-                s = warpgroup_mma(q, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
+                s = warpgroup_mma(q_op, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
                 if P_SMEM:
                     acc = warpgroup_mma(p_buf, v_smem.index(prev), acc, is_async=True)
@@ -308,8 +316,8 @@ if HAVE_GLUON:
                     p_op = _fa3g_p_to_smem(p, p_buf, dtype)
                 else:
                     p_op = gl.convert_layout(p.to(dtype), p_layout)
-            # every S GEMM of this tile has retired: the producer may load the next Q
-            mbarrier.arrive(q_empty.index(C), count=1)
+            if not Q_REGS:  # every S GEMM of this tile has retired: the producer may load the next Q
+                mbarrier.arrive(q_empty.index(C), count=1)
 
             # ---- last P V
             last = (it + n_iter - 1) % STAGES
@@ -344,7 +352,8 @@ if HAVE_GLUON:
                   sched_stride, H: gl.constexpr, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                   ROWS: gl.constexpr, NC: gl.constexpr, BLOCK_N: gl.constexpr,
                   STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                  P_SMEM: gl.constexpr, P_LAYOUT: gl.constexpr, LPT: gl.constexpr,
+                  P_SMEM: gl.constexpr, P_LAYOUT: gl.constexpr, Q_REGS: gl.constexpr,
+                  LPT: gl.constexpr,
                   SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                   PRODUCER_REGS: gl.constexpr):
         # 1-D grid over tiles t = (b*H + h) * n_m + m; a CTA takes tiles
@@ -383,11 +392,13 @@ if HAVE_GLUON:
                 (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
                                   v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 0, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, LPT, SCHEDULED)),
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
+                                  SCHEDULED)),
                 (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
                                   v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 1, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, LPT, SCHEDULED)),
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
+                                  SCHEDULED)),
                 (_fa3g_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                                   k_ready, k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m,
                                   n_tiles, sched, sched_stride, H, GROUP, ROWS, NC, BLOCK_N, STAGES,
@@ -398,15 +409,18 @@ if HAVE_GLUON:
                 (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
                                   v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 0, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, LPT, SCHEDULED)),
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
+                                  SCHEDULED)),
                 (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
                                   v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 1, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, LPT, SCHEDULED)),
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
+                                  SCHEDULED)),
                 (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
                                   v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 2, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, LPT, SCHEDULED)),
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
+                                  SCHEDULED)),
                 (_fa3g_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                                   k_ready, k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m,
                                   n_tiles, sched, sched_stride, H, GROUP, ROWS, NC, BLOCK_N, STAGES,
@@ -535,6 +549,11 @@ def p_in_smem(cfg: TileConfig) -> bool:
     return cfg.consumer_warpgroups == 3
 
 
+def cfg_q_regs(cfg: TileConfig) -> bool:
+    """Q in registers (RS wgmma for Q Kᵀ) or read from SMEM every step."""
+    return False
+
+
 def smem_bytes(problem: AttentionProblem, cfg: TileConfig, p_smem: bool) -> int:
     """Q tiles + the K/V ring (+ a P buffer per consumer), barriers aside."""
     e, d = problem.elem_bytes, problem.head_dim
@@ -573,7 +592,7 @@ def _layout(block, torch_dtype):
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
             return_lse=False, pingpong=None, persistent=None, lpt=None, balanced=None,
-            p_smem=None):
+            p_smem=None, q_regs=None):
     """FA3 forward with explicit producer / consumer warp specialisation.
     Same contract as kernels.fa3.forward (q [B,H,Nq,D], k/v [B,KVH,Nkv,D];
     returns O, or (O, LSE) with return_lse). config: consumer_warpgroups 2
@@ -581,6 +600,7 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     num_warps is not (the CTA always has its consumer warpgroups + a 1-warp
     producer). pingpong defaults to config.pingpong (default_config: False).
     p_smem: P through SMEM rather than registers (default: p_in_smem).
+    q_regs: Q held in registers as the A operand of Q Kᵀ (default: cfg_q_regs).
     persistent: one CTA per SM looping over the tiles (default: cfg_persistent,
     always), or one tile per CTA, which the hardware hands out as SMs free up
     (causal tiles differ in length; a static round-robin balances them worse
@@ -595,6 +615,7 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     if not isinstance(cfg, TileConfig):
         raise InvalidConfig(f"config must be an algorithms.problem.TileConfig, got {type(cfg).__name__}")
     p_smem = p_in_smem(cfg) if p_smem is None else bool(p_smem)
+    q_regs = cfg_q_regs(cfg) if q_regs is None else bool(q_regs)
     _check(problem, cfg, p_smem)
     pp = cfg.pingpong if pingpong is None else bool(pingpong)
     scale = resolve_scale(sm_scale, problem.head_dim)
@@ -623,14 +644,15 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
            problem.causal_offset, n_tiles, sched, sched.stride(0) if balanced else 0, H=h,
            GROUP=h // kvh, HEAD_DIM=d, ROWS=ROWS_PER_CONSUMER, NC=cfg.consumer_warpgroups,
            BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=problem.causal, PINGPONG=pp,
-           P_SMEM=p_smem, P_LAYOUT=_layout([ROWS_PER_CONSUMER, cfg.block_n], q.dtype), LPT=lpt,
+           P_SMEM=p_smem, P_LAYOUT=_layout([ROWS_PER_CONSUMER, cfg.block_n], q.dtype),
+           Q_REGS=q_regs, LPT=lpt,
            SCHEDULED=bool(balanced), CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
            num_warps=4, maxnreg=maxnreg)
     return (o, lse) if return_lse else o
 
 
 def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, pingpong=True,
-                  target=90, p_smem=None) -> dict:
+                  target=90, p_smem=None, q_regs=None) -> dict:
     """Cross-compile _fa3g_fwd for sm_90 without a GPU (bundled ptxas):
     {"smem_bytes", "n_regs", "stack_bytes", "warp_specialized", "ttgir", "ptx"}
     (stack_bytes: a thread's local-memory frame, where ptxas spills; None
@@ -642,6 +664,7 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
 
     cfg = config or default_config(problem)
     p_smem = p_in_smem(cfg) if p_smem is None else bool(p_smem)
+    q_regs = cfg_q_regs(cfg) if q_regs is None else bool(q_regs)
     _check(problem, cfg, p_smem)
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[problem.dtype]
     d = problem.head_dim
@@ -655,7 +678,7 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
            "n_q": "i32", "n_kv": "i32", "causal_off": "i32", "n_tiles": "i32", "sched": "*i32",
            "sched_stride": "i32",
            **{name: "constexpr" for name in ("H", "GROUP", "HEAD_DIM", "ROWS", "NC", "BLOCK_N",
-                                             "STAGES", "CAUSAL", "PINGPONG", "P_SMEM", "P_LAYOUT",
+                                             "STAGES", "CAUSAL", "PINGPONG", "P_SMEM", "P_LAYOUT", "Q_REGS",
                                              "LPT", "SCHEDULED", "CONSUMER_REGS",
                                              "PRODUCER_REGS")}}
     maxnreg, consumer_regs, producer_regs = REGISTERS[cfg.consumer_warpgroups]
@@ -663,6 +686,7 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
               "ROWS": ROWS_PER_CONSUMER, "NC": cfg.consumer_warpgroups, "BLOCK_N": cfg.block_n,
               "STAGES": cfg.num_stages, "CAUSAL": problem.causal, "PINGPONG": bool(pingpong),
               "P_SMEM": p_smem, "P_LAYOUT": _layout([ROWS_PER_CONSUMER, cfg.block_n], tdt),
+              "Q_REGS": q_regs,
               "LPT": cfg_lpt(problem),
               "SCHEDULED": cfg_persistent(problem) and cfg_balanced(problem),
               "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs}

@@ -318,6 +318,7 @@ def test_fa3_gluon_persistent_and_grid(case, launch):
 
 @pytest.mark.skipif(not _gluon_hopper(), reason="fa3_gluon needs a Hopper GPU (sm_90) and Gluon")
 @pytest.mark.parametrize("variant", [("default", dict(p_smem=True)), ("c3", dict(p_smem=False)),
+                                     ("default", dict(q_regs=True)), ("bn64", dict(q_regs=True)),
                                      ("c3", dict(pingpong=True)),
                                      ("c3", dict(persistent=False))], ids=str)
 @pytest.mark.parametrize("case", [(2, 8, 2, 1000, 1000, 128, True, torch.bfloat16),
@@ -325,7 +326,8 @@ def test_fa3_gluon_persistent_and_grid(case, launch):
                                   (4, 16, 4, 1000, 1000, 128, False, torch.bfloat16)], ids=str)
 def test_fa3_gluon_p_placement_and_consumers(case, variant):
     """P through SMEM with two consumers and in registers with three (each
-    config's other choice); three consumers taking turns (pingpong's turn
+    config's other choice); Q held in registers (its buffer released at the
+    tile's start, so the next tile's Q lands during this one); three consumers taking turns (pingpong's turn
     barrier passed round a ring of three) and one tile per CTA."""
     import functools
 

@@ -402,14 +402,15 @@ if HAVE_GLUON:
                             NC: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                             CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, P_SMEM: gl.constexpr,
                             Q_REGS: gl.constexpr, LPT: gl.constexpr, SCHEDULED: gl.constexpr):
-        """_fa3g_consumer with its CTA's tiles run as one stream of K/V steps:
-        the step that starts a tile issues its first S beside the last P V of
-        the tile before, runs the new tile's first softmax under that product,
-        and only then writes the finished tile's O. Per tile this hides one
-        softmax (the first) and one P V (the last) that the per-tile loop runs
-        with the tensor cores idle for this warpgroup. Needs Q in registers
-        (Q_REGS): the next tile's Q must have landed while this one runs, and
-        a consumer frees its Q buffer only once Q is in registers."""
+        """_fa3g_consumer_tiles with the step between two of its CTA's tiles
+        overlapped: it issues the next tile's first S beside this tile's last
+        P V, runs the next tile's first softmax under that product, and only
+        then writes this tile's O. Per tile this hides one softmax (the first)
+        and one P V (the last), which the per-tile loop runs with the tensor
+        cores idle for this warpgroup; the steps inside a tile are the per-tile
+        loop's. Needs Q in registers (Q_REGS): the next tile's Q must have
+        landed while this one runs, and a consumer frees its Q buffer only
+        once Q is in registers."""
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 16])
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -424,15 +425,10 @@ if HAVE_GLUON:
         p_buf = p_smem.index(C if P_SMEM else 0)
         s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
         offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        turn_phase = 1 if C == 0 else 0  # as _fa3g_consumer: total + 1 turns per consumer
+        turn_phase = 1 if C == 0 else 0  # as _fa3g_consumer_tiles: steps + 1 turns per consumer
         n_my = _fa3g_tile_count(sched, sched_stride, n_tiles, SCHEDULED)  # >= 1: grid <= tiles
-        total = 0  # K/V steps over all of this CTA's tiles
-        for i in range(n_my):
-            t = _fa3g_tile_at(sched, sched_stride, i, SCHEDULED)
-            total += _fa3g_tile(t, n_m, n_tiles, n_q, n_kv, causal_off, H, GROUP, ROWS, NC, BLOCK_N,
-                                CAUSAL, LPT)[3]
 
-        # ---- step 0: the first tile's S_0 alone
+        # ---- the first tile's first step: S_0 alone
         bh, row_first, n_iter, n_full = _fa3g_tile_rows(
             _fa3g_tile_at(sched, sched_stride, 0, SCHEDULED), n_m, n_tiles, n_q, n_kv, causal_off,
             H, GROUP, ROWS, NC, BLOCK_N, CAUSAL, LPT, C)
@@ -460,68 +456,95 @@ if HAVE_GLUON:
         else:
             p_op = gl.convert_layout(p.to(dtype), p_layout)
         acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
-        j = 1     # step within the current tile
-        i = 0     # the current tile, of this CTA's
-        bh_o = bh  # the tile whose O the accumulator holds
-        row_o0 = row_first
+        g = 1  # the next step's ring position (K/V blocks consumed so far, all tiles)
 
-        # ---- steps 1 .. total-1: S_g and P_{g-1} V_{g-1}, softmax(g) under the P V
-        for g in range(1, total):
-            if j == n_iter:  # step g starts tile i + 1
-                i += 1
-                j = 0
-                bh, row_first, n_iter, n_full = _fa3g_tile_rows(
-                    _fa3g_tile_at(sched, sched_stride, i, SCHEDULED), n_m, n_tiles, n_q, n_kv,
+        for i in range(n_my):
+            offs_m = row_first + gl.arange(0, ROWS, layout=row_s)
+            # ---- steps 1 .. n_iter-1 of tile i, as _fa3g_consumer_tiles
+            for j in range(1, n_iter):
+                st = g % STAGES
+                prev = (g - 1) % STAGES
+                mbarrier.wait(k_ready.index(st), (g // STAGES) & 1)
+                mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
+                if PINGPONG:
+                    mbarrier.wait(turn.index(C), turn_phase)
+                s = warpgroup_mma(q_op, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
+                                  is_async=True)
+                if P_SMEM:
+                    acc = warpgroup_mma(p_buf, v_smem.index(prev), acc, is_async=True)
+                else:
+                    acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+                if PINGPONG:
+                    mbarrier.arrive(turn.index((C + 1) % NC), count=1)
+                turn_phase ^= 1
+                s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
+                mbarrier.arrive(k_empty.index(st), count=1)
+                if j >= n_full:
+                    s = _fa3g_mask(s, j, n_kv, causal_off, offs_m, offs_n, BLOCK_N, CAUSAL)
+                m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+                alpha = gl.exp2(m_i - m_new)
+                p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+                l_i = l_i * alpha + gl.sum(p, 1)
+                m_i = m_new
+                acc, p_op = _fa3g_wait_pv(acc, p_op, P_SMEM)
+                mbarrier.arrive(v_empty.index(prev), count=1)
+                acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+                if P_SMEM:
+                    p_op = _fa3g_p_to_smem(p, p_buf, dtype)
+                else:
+                    p_op = gl.convert_layout(p.to(dtype), p_layout)
+                g += 1
+            if i + 1 < n_my:
+                # ---- the step between tiles: S_0 of tile i+1 beside the last P V of tile i
+                bh_n, row_first_n, n_iter_n, n_full_n = _fa3g_tile_rows(
+                    _fa3g_tile_at(sched, sched_stride, i + 1, SCHEDULED), n_m, n_tiles, n_q, n_kv,
                     causal_off, H, GROUP, ROWS, NC, BLOCK_N, CAUSAL, LPT, C)
-                mbarrier.wait(q_ready.index(C), i & 1)
+                mbarrier.wait(q_ready.index(C), (i + 1) & 1)
                 q_op = q.load(q_layout)
                 mbarrier.arrive(q_empty.index(C), count=1)
-            st = g % STAGES
-            prev = (g - 1) % STAGES
-            mbarrier.wait(k_ready.index(st), (g // STAGES) & 1)
-            mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
-            if PINGPONG:
-                mbarrier.wait(turn.index(C), turn_phase)
-            s = warpgroup_mma(q_op, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
-                              is_async=True)
-            if P_SMEM:
-                acc = warpgroup_mma(p_buf, v_smem.index(prev), acc, is_async=True)
-            else:
-                acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-            if PINGPONG:
-                mbarrier.arrive(turn.index((C + 1) % NC), count=1)
-            turn_phase ^= 1
-            s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
-            mbarrier.arrive(k_empty.index(st), count=1)
-            if j >= n_full:
-                s = _fa3g_mask(s, j, n_kv, causal_off, row_first + gl.arange(0, ROWS, layout=row_s),
-                               offs_n, BLOCK_N, CAUSAL)
-            m_blk = gl.max(s, 1) * qk_scale
-            m_new = gl.where(j == 0, m_blk, gl.maximum(m_i, m_blk))
-            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
-            p_sum = gl.sum(p, 1)
-            acc, p_op = _fa3g_wait_pv(acc, p_op, P_SMEM)
-            mbarrier.arrive(v_empty.index(prev), count=1)
-            if j == 0:  # the tile before is complete: out with its O, restart the accumulator
-                _fa3g_epilogue(acc, m_i, l_i, O, LSE, bh_o, row_o0, n_q, HEAD_DIM, ROWS, dtype)
+                st = g % STAGES
+                prev = (g - 1) % STAGES
+                mbarrier.wait(k_ready.index(st), (g // STAGES) & 1)
+                mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
+                if PINGPONG:
+                    mbarrier.wait(turn.index(C), turn_phase)
+                s = warpgroup_mma(q_op, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
+                                  is_async=True)
+                if P_SMEM:
+                    acc = warpgroup_mma(p_buf, v_smem.index(prev), acc, is_async=True)
+                else:
+                    acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+                if PINGPONG:
+                    mbarrier.arrive(turn.index((C + 1) % NC), count=1)
+                turn_phase ^= 1
+                s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
+                mbarrier.arrive(k_empty.index(st), count=1)
+                if n_full_n == 0:
+                    s = _fa3g_mask(s, 0, n_kv, causal_off,
+                                   row_first_n + gl.arange(0, ROWS, layout=row_s), offs_n, BLOCK_N,
+                                   CAUSAL)
+                m_n = gl.max(s, 1) * qk_scale
+                p = gl.exp2(s * qk_scale - gl.expand_dims(m_n, 1))
+                l_n = gl.sum(p, 1)
+                acc, p_op = _fa3g_wait_pv(acc, p_op, P_SMEM)
+                mbarrier.arrive(v_empty.index(prev), count=1)
+                _fa3g_epilogue(acc, m_i, l_i, O, LSE, bh, row_first, n_q, HEAD_DIM, ROWS, dtype)
                 acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
-                l_i = p_sum
-                bh_o = bh
-                row_o0 = row_first
-            else:
-                alpha = gl.exp2(m_i - m_new)
-                acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-                l_i = l_i * alpha + p_sum
-            m_i = m_new
-            if P_SMEM:
-                p_op = _fa3g_p_to_smem(p, p_buf, dtype)
-            else:
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
-            j += 1
+                m_i = m_n
+                l_i = l_n
+                if P_SMEM:
+                    p_op = _fa3g_p_to_smem(p, p_buf, dtype)
+                else:
+                    p_op = gl.convert_layout(p.to(dtype), p_layout)
+                bh = bh_n
+                row_first = row_first_n
+                n_iter = n_iter_n
+                n_full = n_full_n
+                g += 1
 
         # ---- the last P V, the last tile's O
-        last = (total - 1) % STAGES
-        mbarrier.wait(v_ready.index(last), ((total - 1) // STAGES) & 1)
+        last = (g - 1) % STAGES
+        mbarrier.wait(v_ready.index(last), ((g - 1) // STAGES) & 1)
         if PINGPONG:
             mbarrier.wait(turn.index(C), turn_phase)
         if P_SMEM:
@@ -532,7 +555,7 @@ if HAVE_GLUON:
             mbarrier.arrive(turn.index((C + 1) % NC), count=1)
         acc, p_op = _fa3g_wait_pv(acc, p_op, P_SMEM)
         mbarrier.arrive(v_empty.index(last), count=1)
-        _fa3g_epilogue(acc, m_i, l_i, O, LSE, bh_o, row_o0, n_q, HEAD_DIM, ROWS, dtype)
+        _fa3g_epilogue(acc, m_i, l_i, O, LSE, bh, row_first, n_q, HEAD_DIM, ROWS, dtype)
 
     @gluon.jit
     def _fa3g_fwd(q_desc, k_desc, v_desc, O, LSE, qk_scale, n_q, n_kv, causal_off, n_tiles, sched,

@@ -54,7 +54,7 @@ from itertools import chain
 from math import inf
 
 import simpy
-from simpy.events import NORMAL, Timeout
+from simpy.events import NORMAL, Initialize, Process, Timeout
 
 from algorithms.ops import (LD, TMA, Alu, Arrive, DescriptorSetup, Exp, IssueStalls, Load, Loop, Mma, MmaWait, SmemIO,
                             StepLatency, Store, SyncThreads, Wait)
@@ -132,6 +132,52 @@ def bottleneck_of(busy: dict[str, float]) -> tuple[str, float]:
     return unit, busy[unit]
 
 
+class _Process(Process):
+    """simpy.Process with a leaner _resume, its order of events unchanged:
+    the generator's next event gets this process's one bound _resume as its
+    callback (SimPy makes a new bound method every time), and the
+    environment's active process is not kept (nothing here reads it)."""
+
+    def __init__(self, env, generator):
+        self.env = env
+        self.callbacks = []
+        self._generator = generator
+        self._resumer = self._resume
+        self._target = Initialize(env, self)
+
+    def _resume(self, event) -> None:
+        send = self._generator.send
+        while True:
+            try:
+                if event._ok:
+                    event = send(event._value)
+                else:
+                    event._defused = True
+                    exc = type(event._value)(*event._value.args)
+                    exc.__cause__ = event._value
+                    event = self._generator.throw(exc)
+            except StopIteration as e:
+                event = None
+                self._ok = True
+                self._value = e.args[0] if len(e.args) else None
+                self.env.schedule(self)
+                self._resumer = None    # (a cycle, process -> its own bound method)
+                break
+            except BaseException as e:
+                event = None
+                self._ok = False
+                e.__traceback__ = e.__traceback__.tb_next
+                self._value = e
+                self.env.schedule(self)
+                self._resumer = None
+                break
+            callbacks = event.callbacks
+            if callbacks is not None:
+                callbacks.append(self._resumer)
+                break
+        self._target = event
+
+
 class _Environment(simpy.Environment):
     """simpy.Environment with its two hot paths inlined, event order unchanged.
 
@@ -151,6 +197,9 @@ class _Environment(simpy.Environment):
         event._ok = True
         heappush(self._queue, (self._now + delay, NORMAL, next(self._eid), event))
         return event
+
+    def process(self, generator):
+        return _Process(self, generator)
 
     def trigger_at(self, event, t: float) -> None:
         """Succeed the pending `event` at time t (now, if t is past)."""
@@ -264,6 +313,9 @@ class Engine:
                      StepLatency: self._step_latency, IssueStalls: self._issue_stalls,
                      DescriptorSetup: self._descriptor_setup,
                      Arrive: self._arrive, Wait: self._wait, SyncThreads: self._nothing}
+        if tracer is None:
+            self._ops.update({Mma: self._mma_fast, Exp: self._exp_fast, Alu: self._alu_fast,
+                              SmemIO: self._smem_fast})
 
     # ------------------------------------------------------------------ ops
     def _mma_rate(self, kind: str, dtype: str, warps_factor: float, num_warps: int) -> float:
@@ -290,7 +342,7 @@ class Engine:
         return s
 
     def _unit(self, server: Server, slot: int, work_s: float, role: _Role, cta: _Cta, label):
-        now = self.env.now
+        now = self.env._now
         end = server.serve(now, work_s)
         role.c[slot] += work_s
         if self.tracer is not None:
@@ -324,7 +376,7 @@ class Engine:
         if op.is_async and can_be_async:
             role.pending.append(end)
             return None
-        return self.env.timeout(end - self.env.now)
+        return self.env.timeout(end - self.env._now)
 
     def _exp(self, op: Exp, role, cta):
         work = op.count / (self.exp_rate * role.factor)
@@ -336,13 +388,66 @@ class Engine:
             # measured fraction of the time the elementwise work takes
             work = max(work, alu_work)
         self._block_tensor_cores(work, role, cta)
-        return self.env.timeout(end - self.env.now)
+        return self.env.timeout(end - self.env._now)
 
     def _alu(self, op: Alu, role, cta):
         work = op.flops / (self.alu_rate * role.factor)
         end = self._unit(cta.sm.alu, ALU, work, role, cta, "alu")
         self._block_tensor_cores(work, role, cta)
-        return self.env.timeout(end - self.env.now)
+        return self.env.timeout(end - self.env._now)
+
+    # The same four ops without a tracer: _unit inlined (a call less per unit)
+    def _mma_fast(self, op: Mma, role, cta):
+        tensor_s, smem_s, can_be_async = self._mma_costs(op, role.factor)
+        sm, c, now = cta.sm, role.c, self.env._now
+        end = sm.tensor.serve(now, tensor_s)
+        c[TENSOR] += tensor_s
+        if smem_s:
+            smem_end = sm.smem.serve(now, smem_s)
+            c[SMEM] += smem_s
+            if smem_end > end:
+                end = smem_end
+        if op.is_async and can_be_async:
+            role.pending.append(end)
+            return None
+        return self.env.timeout(end - now)
+
+    def _exp_fast(self, op: Exp, role, cta):
+        work = op.count / (self.exp_rate * role.factor)
+        sm, c, now = cta.sm, role.c, self.env._now
+        end = sm.sfu.serve(now, work)
+        c[SFU] += work
+        if op.alu_flops:
+            alu_work = op.alu_flops / (self.alu_rate * role.factor)
+            alu_end = sm.alu.serve(now, alu_work)
+            c[ALU] += alu_work
+            if alu_end > end:
+                end = alu_end
+            if alu_work > work:
+                work = alu_work
+        if self.tensor_alu_serial:
+            blocked = work * self.tensor_alu_serial
+            sm.tensor.serve(now, blocked)
+            c[TENSOR] += blocked
+        return self.env.timeout(end - now)
+
+    def _alu_fast(self, op: Alu, role, cta):
+        work = op.flops / (self.alu_rate * role.factor)
+        sm, c, now = cta.sm, role.c, self.env._now
+        end = sm.alu.serve(now, work)
+        c[ALU] += work
+        if self.tensor_alu_serial:
+            blocked = work * self.tensor_alu_serial
+            sm.tensor.serve(now, blocked)
+            c[TENSOR] += blocked
+        return self.env.timeout(end - now)
+
+    def _smem_fast(self, op: SmemIO, role, cta):
+        work = op.nbytes / self.smem_rate
+        now = self.env._now
+        end = cta.sm.smem.serve(now, work)
+        role.c[SMEM] += work
+        return self.env.timeout(end - now)
 
     def _block_tensor_cores(self, work_s: float, role, cta) -> None:
         """Elementwise work keeps the SM's tensor cores from running for
@@ -367,7 +472,7 @@ class Engine:
 
     def _smem(self, op: SmemIO, role, cta):
         end = self._unit(cta.sm.smem, SMEM, op.nbytes / self.smem_rate, role, cta, "smem")
-        return self.env.timeout(end - self.env.now)
+        return self.env.timeout(end - self.env._now)
 
     def _mma_wait(self, op: MmaWait, role, cta):
         pending = role.pending
@@ -375,7 +480,7 @@ class Engine:
             return None
         done = pending[len(pending) - op.pending - 1]
         del pending[: len(pending) - op.pending]
-        now = self.env.now
+        now = self.env._now
         return self.env.timeout(done - now) if done > now else None
 
     def _count_transfer(self, role: _Role, nbytes: int, port_s_per_byte: float) -> None:
@@ -385,9 +490,8 @@ class Engine:
 
     def _load(self, op: Load, role, cta):
         env = self.env
-        now = env.now
+        now = env._now
         mem, nbytes, engine = self.mem, op.nbytes, op.engine
-        extra = self.tma_extra if engine == TMA else 0.0
         event = None
         if engine == LD:
             event = simpy.Event(env)
@@ -396,6 +500,7 @@ class Engine:
             def arrived(t):
                 env.trigger_at(event, t - early)
         elif op.signal:
+            extra = self.tma_extra if engine == TMA else 0.0
             if len(op.signal) == 1:     # (the usual case: no list of barriers to build)
                 signal = cta.barriers[op.signal[0]].arrive_one
             else:
@@ -404,29 +509,49 @@ class Engine:
                 def signal(_event, bs=barriers):
                     for b in bs:
                         b.arrive(1)
+            queue, eid = env._queue, env._eid
 
             def arrived(t):
-                env.call_at(t + extra, signal)
+                # env.call_at(t + extra, signal), inlined
+                t = t + extra
+                now = env._now
+                delay = t - now if t > now else 0.0
+                arrival = Timeout.__new__(Timeout)
+                arrival.env = env
+                arrival.callbacks = [signal]
+                arrival._value = None
+                arrival._delay = delay
+                arrival._ok = True
+                heappush(queue, (now + delay, NORMAL, next(eid), arrival))
         else:
             def arrived(t):
                 pass
         if self.tracer is not None:
+            extra = self.tma_extra if engine == TMA else 0.0
             deliver, tracer, sm_index, tensor = arrived, self.tracer, cta.sm.index, op.tile.tensor
 
             def arrived(t):
                 tracer.slice(sm_index, f"load {engine}", tensor, now, t + extra)
                 deliver(t)
-        hit = mem.load(now, cta.sm.port, op.tile, nbytes, arrived)
+        sm = cta.sm
+        hit = mem.load(now, sm.port, op.tile, nbytes, arrived)
         c = role.c
         c[REQ] += nbytes
-        self._count_transfer(role, nbytes, mem.port_s_per_byte)
+        # self._count_transfer(role, nbytes, mem.port_s_per_byte), inlined
+        c[PORT] += nbytes * mem.port_s_per_byte
+        c[L2] += nbytes * mem.l2_s_per_byte
         if not hit:
             c[MISS] += nbytes
             c[HBM] += nbytes * mem.hbm_s_per_byte
         if engine != LD:
             # cp.async and TMA deposit the tile in SMEM: its write bandwidth is
             # the same the wgmma operand reads use.
-            self._unit(cta.sm.smem, SMEM, nbytes / self.smem_rate, role, cta, "smem fill")
+            work = nbytes / self.smem_rate
+            if self.tracer is None:     # (self._unit, inlined)
+                sm.smem.serve(now, work)
+                c[SMEM] += work
+            else:
+                self._unit(sm.smem, SMEM, work, role, cta, "smem fill")
         return event
 
     def _store(self, op: Store, role, cta):
@@ -436,7 +561,7 @@ class Engine:
         passed it (31.8 B/clk, l2_store, which 8 warps reach): stores are
         posted, the role goes on (store_overlap: a chain of FMAs beside them
         takes the longer of the two)."""
-        now = self.env.now
+        now = self.env._now
         cta.stores += 1
         issued = role.stores.serve(now, op.nbytes * self.store_s_per_warp_byte / role.warps)
         self.mem.store(now, cta.sm.port, op.tile, op.nbytes, cta.stored, issued)
@@ -506,7 +631,7 @@ class Engine:
                     # instructions than unmasked ones, a causal 8-warp fa2 came
                     # out -6.6% against its full simulation without this)
                     self._disturb(sm)
-            t0, c0, changes, hbm0 = env.now, tuple(role.c), sm.residents_changed, self.mem.hbm.busy
+            t0, c0, changes, hbm0 = env._now, tuple(role.c), sm.residents_changed, self.mem.hbm.busy
             # _run's loop, inlined: a generator less to resume at every event
             for item in loop.body(i):
                 if item.__class__ is Loop:
@@ -530,7 +655,7 @@ class Engine:
             # the counters before and after: their difference, the iteration's
             # work, is taken only for the two iterations a skip extrapolates;
             # and the work asked of HBM by then (_hbm_paced)
-            samples.append((env.now - t0, c0, tuple(role.c), hbm0, self.mem.hbm.busy))
+            samples.append((env._now - t0, c0, tuple(role.c), hbm0, self.mem.hbm.busy))
             if skipped_run == run_key or len(samples) < MIN_SAMPLES:
                 continue
             d1, d2 = samples[-2][0], samples[-1][0]
@@ -597,7 +722,7 @@ class Engine:
         work, handles = self._skip_load(sm, per_iteration, count, period, replayed)
         done, missed = 0, 0
         for lo, hi in self._chunks(count, per_iteration):
-            chunk_start, chunk_end = env.now, env.now + (hi - lo) * period
+            chunk_start, chunk_end = env._now, env._now + (hi - lo) * period
             missed += self._skip_memory(loop, first, lo, hi, per_iteration, chunk_end, replayed)
             if replayed:
                 disturbed = yield self._skip_wait(sm, chunk_end - chunk_start)
@@ -607,12 +732,12 @@ class Engine:
             if not disturbed:
                 done = hi
                 served = self._served_by(None, work, hbm=missed > 0)
-                if served > env.now:
-                    yield env.timeout(served - env.now)
-                if hi == count or not (hbm_paced and self.mem.hbm.idle(env.now)):
+                if served > env._now:
+                    yield env.timeout(served - env._now)
+                if hi == count or not (hbm_paced and self.mem.hbm.idle(env._now)):
                     continue
             else:
-                done = lo + (min(hi - lo, int((env.now - chunk_start) / period)) if period > 0 else 0)
+                done = lo + (min(hi - lo, int((env._now - chunk_start) / period)) if period > 0 else 0)
             self._stop_skip_load(sm, handles, replayed)
             break
         self._charge(role, per_iteration, done, missed if replayed else None)
@@ -625,7 +750,7 @@ class Engine:
         work = [w * count for w in per_iteration]
         if replayed:
             work[MISS] = work[HBM] = 0.0
-        now = self.env.now
+        now = self.env._now
         return work, self._background(sm, now, now + count * period, work)
 
     def _skip_memory(self, loop: Loop, first: int, lo: int, hi: int, per_iteration, until: float,
@@ -635,7 +760,7 @@ class Engine:
         sampled bytes. Returns the HBM bytes the replay missed (0 otherwise)."""
         if replayed:
             return self._replay_memory(loop, first + lo, hi - lo, until)
-        self.mem.pollute(self.env.now, until, per_iteration[MISS] * (hi - lo),
+        self.mem.pollute(self.env._now, until, per_iteration[MISS] * (hi - lo),
                          per_iteration[STORE] * (hi - lo))
         return 0
 
@@ -646,7 +771,7 @@ class Engine:
         chunk."""
         for server, handle in zip(sm.units + [self.mem.l2, self.mem.hbm],
                                   handles if not replayed else handles[:-1]):
-            server.cancel_background(handle, self.env.now)
+            server.cancel_background(handle, self.env._now)
 
     def _hbm_paced(self, pair) -> bool:
         """Did HBM set the period of these two timed iterations? Yes when the
@@ -699,7 +824,7 @@ class Engine:
         returns the missed bytes. Only for loops that declare their accesses
         (Loop.memory: the pipelined K/V and GEMM loops, whose tiles other
         CTAs share, and FA1's loops, whose running O/l/m a CTA rewrites)."""
-        now = self.env.now
+        now = self.env._now
         if loop.accesses is not None:   # a slice of the shared sequence, not rebuilt
             accesses = loop.accesses.window(first, count)
         else:
@@ -733,7 +858,7 @@ class Engine:
             # again. (The last CTA on an SM once skipped 115 iterations at the
             # 995 ns its three residents had taken, alone from 0.3 µs before:
             # fa2 64x32 w8 causal B1 H12 N4096, +9.7% over the full simulation.)
-            skip.stop = skip.furthest(env.now)
+            skip.stop = skip.furthest(env._now)
         period = skip.period
         count = skip.count if skip.stop is None else skip.stop
         per_iteration = self._per_iteration(pair)
@@ -746,7 +871,7 @@ class Engine:
                 if lo >= skip.stop:
                     break
                 hi = min(hi, skip.stop)
-            chunk_start = env.now
+            chunk_start = env._now
             chunk_end = chunk_start + (hi - lo) * period
             skip.at[r] = (lo, hi, chunk_start)
             missed += self._skip_memory(loop, first, lo, hi, per_iteration, chunk_end, replayed)
@@ -757,17 +882,17 @@ class Engine:
             self.events += 1
             if disturbed:
                 if skip.stop is None:
-                    skip.stop = skip.furthest(env.now)
+                    skip.stop = skip.furthest(env._now)
                 hi = min(hi, skip.stop)
-                rest = chunk_start + (hi - lo) * period - env.now
+                rest = chunk_start + (hi - lo) * period - env._now
                 if rest > 0.0:
                     self.events += 1
                     yield env.timeout(rest)
             else:
                 served = self._served_by(None, work, hbm=missed > 0)
-                if served > env.now:
-                    yield env.timeout(served - env.now)
-                if skip.stop is None and hi < count and hbm_paced and self.mem.hbm.idle(env.now):
+                if served > env._now:
+                    yield env.timeout(served - env._now)
+                if skip.stop is None and hi < count and hbm_paced and self.mem.hbm.idle(env._now):
                     # as far as any role has come or is waiting out now
                     skip.stop = skip.furthest(inf)
                 elif skip.stop is not None and hi > skip.stop:
@@ -836,7 +961,7 @@ class Engine:
         if plan is not None:
             cta.together = _Together(*plan)
 
-        start = env.now
+        start = env._now
         if self.cta_turnover > 0.0:
             # Starting and retiring a CTA holds its slot: 0.29 us a round with
             # one empty CTA per SM (calibrate.py cta_cycle), no unit busy.
@@ -851,15 +976,15 @@ class Engine:
         if cta.stores:
             cta.all_stored = simpy.Event(env)
             yield cta.all_stored
-        if cta.last_store > env.now:
-            yield env.timeout(cta.last_store - env.now)
+        if cta.last_store > env._now:
+            yield env.timeout(cta.last_store - env._now)
         self._disturb(sm)
         totals = [sum(role.c[s] for role in cta.roles) for s in range(N_COUNTERS)]
         for s in range(N_COUNTERS):
             self.totals[s] += totals[s]
         if self.tracer is not None:
-            self.tracer.slice(sm.index, "ctas", f"{launch.name} #{index}", start, env.now)
-        return env.now - start, totals
+            self.tracer.slice(sm.index, "ctas", f"{launch.name} #{index}", start, env._now)
+        return env._now - start, totals
 
     def _background(self, sm: _SM, start: float, end: float, busy) -> list:
         """Fast-forwarded work over [start, end] counts as busy time of the
@@ -945,7 +1070,7 @@ class Engine:
             state["warm"] = True
             if seen is None:
                 seen = samples[key] = _ClassStats(state["wave"][key])
-            seen.add(duration, totals, warm, self.env.now)
+            seen.add(duration, totals, warm, self.env._now)
 
     def _ghost(self, sm: _SM, batch, launch: Launch, ctas: range):
         """CTAs `ctas` of steady classes, (class stats, count) in `batch`:
@@ -964,7 +1089,7 @@ class Engine:
             duration += stats.recent_duration() * count
             for s, w in enumerate(stats.mean_work(count)):
                 work[s] += w
-        start = env.now
+        start = env._now
         self._disturb(sm)
         replayed = any(stats.shares() for stats, _ in batch)
         if replayed:    # (their HBM reads are the replay's, spread over the window)
@@ -991,9 +1116,9 @@ class Engine:
         # HBM's rate left their backlog to the next launch (standard's QK
         # GEMM 46% fast, its softmax 62% slow, B4 H16 N2048 D64 causal).
         served = self._served_by(sm, work, shared=False)
-        if served > env.now:
+        if served > env._now:
             self.events += 1
-            yield env.timeout(served - env.now)
+            yield env.timeout(served - env._now)
         self._disturb(sm)
 
     def _replay_ghost_loads(self, launch: Launch, ctas: range, start: float, duration: float,
@@ -1104,7 +1229,7 @@ class Engine:
         units: on an SM, _disturb keeps their periods fair, and waiting for
         an SM unit's queue means waiting for the other CTAs' requests queued
         behind the skip's fluid (fa2 64x32 w4, five CTAs an SM: +10%)."""
-        now = self.env.now
+        now = self.env._now
         servers = [] if sm is None else [
             server for server, slot in zip(sm.units, (TENSOR, SFU, ALU, SMEM, PORT)) if work[slot] > 0.0]
         if shared and work[L2] > 0.0:
@@ -1118,7 +1243,7 @@ class Engine:
         env = self.env
         yield env.timeout(self.launch_gap)
         self.mem.begin_launch()
-        start = env.now
+        start = env._now
         busy0 = self._busy_snapshot()
         self._num_warps = launch.threads // 32
         self._class_cache: dict = {}     # cost class -> (_together_plan, per-role loop keys)
@@ -1143,11 +1268,11 @@ class Engine:
         yield env.all_of(procs)
         # The launch ends when L2 and HBM have served its fast-forwarded work
         # (a ghost batch itself waits only for its SM's units: see _ghost).
-        drained = max(self.mem.l2.served_by(env.now), self.mem.hbm.served_by(env.now))
-        if drained > env.now:
+        drained = max(self.mem.l2.served_by(env._now), self.mem.hbm.served_by(env._now))
+        if drained > env._now:
             self.events += 1
-            yield env.timeout(drained - env.now)
-        runtime = env.now - start
+            yield env.timeout(drained - env._now)
+        runtime = env._now - start
         busy = self._busy_fractions(busy0, runtime)
         unit, share = bottleneck_of(busy)
         results.append(LaunchResult(launch.name, runtime, busy, unit, share,
@@ -1181,8 +1306,14 @@ class Engine:
 
         busy0 = self._busy_snapshot()
         self.env.run_until_processed(self.env.process(main()))
+        # Cycles through the engine (its op table's bound methods, the events
+        # still queued, which know the environment) broken: with them the
+        # whole engine and its schedule waited for the cyclic garbage
+        # collector, which then spent up to a tenth of a second on them.
+        self.env._queue.clear()
+        self._ops = None
         dirty_at_end = self.mem.flush()
-        runtime = self.env.now
+        runtime = self.env._now
         busy = self._busy_fractions(busy0, runtime)
         unit, share = bottleneck_of(busy)
         requested = int(round(self.totals[REQ]))

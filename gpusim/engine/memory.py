@@ -99,24 +99,35 @@ class MemorySystem:
         passes, unwaited; a hit on a tile still on its way waits for it."""
         self.requested += nbytes
         t_port = port.serve(now, nbytes * self.port_s_per_byte)
-        line = self.lines.get(tile)
+        lines = self.lines
+        line = lines.get(tile)
         if line is not None:
-            self.lines.move_to_end(tile)
+            lines.move_to_end(tile)
             self.hit_bytes += nbytes
             ready = line[1]
-            floor = t_port + self.l2_latency
+            latency = self.l2_latency
+            floor = t_port + latency
             if ready.__class__ is list:         # in flight: its waiters
-                arrival = _Arrival(2, floor, self.l2_latency, then)
+                arrival = _Arrival(2, floor, latency, then)
                 ready.append(arrival.ready)
             else:
-                arrival = _Arrival(1, ready if ready > floor else floor, self.l2_latency, then)
+                arrival = _Arrival(1, ready if ready > floor else floor, latency, then)
             self.l2.request(now, nbytes * self.l2_s_per_byte, arrival.served, port)
             return True
         self.hbm_read += nbytes
         self.l2.request(now, nbytes * self.l2_s_per_byte, None, port)
         waiters: list = []
-        self._insert(now, tile, nbytes, waiters, False)
-        line = self.lines.get(tile)
+        if nbytes > self.capacity:
+            line = None     # (_insert keeps nothing: a clean tile larger than L2)
+        else:
+            # self._insert(now, tile, nbytes, waiters, False), inlined: the
+            # new line is the newest, so it outlives the evictions it causes
+            line = lines[tile] = [nbytes, waiters, False, self.launch]
+            used = self.used + nbytes
+            if used > self.capacity:
+                self._evict(now, used)
+            else:
+                self.used = used
         latency = self.dram_latency
 
         def landed(t: float) -> None:
@@ -233,9 +244,13 @@ class MemorySystem:
             if dirty:
                 self._write_back(now, nbytes)
             return
+        self.lines[tile] = [nbytes, ready, dirty, self.launch]
+        self._evict(now, self.used + nbytes)
+
+    def _evict(self, now, used) -> None:
+        """Evict the least recently used lines while `used` bytes (the lines'
+        and a line just inserted) exceed the capacity."""
         lines, capacity = self.lines, self.capacity
-        lines[tile] = [nbytes, ready, dirty, self.launch]
-        used = self.used + nbytes       # (a local: every replayed miss evicts)
         while used > capacity:
             _, (size, _, dirty, launch) = lines.popitem(last=False)
             used -= size
@@ -265,7 +280,7 @@ class MemorySystem:
         then do not stand for later CTAs."""
         if self.stale_dirty > STALE_DIRTY_TOLERANCE * self.capacity:
             return False
-        if self.stale_in_flight or self.env.now < self.stale_spread_until:
+        if self.stale_in_flight or self.env._now < self.stale_spread_until:
             return False
         return self.used >= FULL * self.capacity or self.footprint <= FULL * self.capacity
 

@@ -235,17 +235,40 @@ class SharedServer:
         return t
 
     def _advance(self, now: float) -> None:
-        """Bring the state from self._t to `now`, letting requests leave on the way."""
+        """Bring the state from self._t to `now`, letting requests leave on the way.
+        (_rates and _next_change inlined: the same arithmetic, in the same order.)"""
         jobs, bg = self._jobs, self._bg
         while True:
-            rate, growth = self._rates()
-            t1 = self._next_change(rate, growth)
+            # rate, growth = self._rates()
+            n, load, backlog = len(jobs), self._bg_load, self._backlog
+            if n == 0:
+                rate = 0.0
+                growth = load - 1.0 if (backlog > 0.0 or load > 1.0) else 0.0
+            else:
+                streams = self._bg_streams or (1 if backlog > 0.0 else 0)
+                fair = streams / (streams + n)
+                if backlog > 0.0 or load > fair:
+                    rate, growth = (1.0 - fair) / n, load - fair
+                else:
+                    rate, growth = (1.0 - load) / n, 0.0
+            # t1 = self._next_change(rate, growth)
+            t = self._t
+            t1 = bg[0][0] if bg else inf
+            if n and rate > 0.0:
+                d = jobs[0][0] - self._v
+                c = t + (d if d > 0.0 else 0.0) / rate
+                if c < t1:
+                    t1 = c
+            if growth < 0.0 and backlog > 0.0:
+                c = t - backlog / growth
+                if c < t1:
+                    t1 = c
             if t1 > now:
                 t1 = now
-            span = t1 - self._t
+            span = t1 - t
             if span > 0.0:
                 self._v += rate * span
-                backlog = self._backlog + growth * span
+                backlog = backlog + growth * span
                 self._backlog = backlog if backlog > 1e-15 else 0.0
                 self._t = t1
             changed = False
@@ -257,31 +280,52 @@ class SharedServer:
                 changed = True
             if not bg:
                 self._bg_load, self._bg_streams = 0.0, 0
-            v = self._v + self.EPSILON + 1e-12 * self._v
-            # due: its tag reached, or its departure rounds to this instant
-            # (at t ~ 0.2 s one ulp is 3e-17 s: a step below it adds nothing)
-            while jobs and (jobs[0][0] <= v or (rate > 0.0 and self._t + (jobs[0][0] - self._v) / rate <= t1)):
-                _, _, callback, source = heappop(jobs)
-                changed = True
-                if source is not None:
-                    queue = self._queues[source]
-                    if queue:
-                        service, later = queue.popleft()
-                        heappush(jobs, (self._v + service, next(self._order), later, source))
-                    else:
-                        del self._queues[source]
-                if callback is not None:
-                    callback(t1)
+            if jobs:
+                v0 = self._v
+                v = v0 + self.EPSILON + 1e-12 * v0
+                t = self._t
+                # due: its tag reached, or its departure rounds to this instant
+                # (at t ~ 0.2 s one ulp is 3e-17 s: a step below it adds nothing)
+                while jobs and (jobs[0][0] <= v or (rate > 0.0 and t + (jobs[0][0] - v0) / rate <= t1)):
+                    _, _, callback, source = heappop(jobs)
+                    changed = True
+                    if source is not None:
+                        queue = self._queues[source]
+                        if queue:
+                            service, later = queue.popleft()
+                            heappush(jobs, (v0 + service, next(self._order), later, source))
+                        else:
+                            del self._queues[source]
+                    if callback is not None:
+                        callback(t1)
             if t1 >= now and not changed:
                 return
 
     def _wake(self) -> None:
         """Make sure the server wakes at its next departure (or at a rate
-        change before it); a wake-up that finds nothing due just advances."""
-        if not self._jobs:
+        change before it); a wake-up that finds nothing due just advances.
+        (_rates and _next_change inlined, as in _advance.)"""
+        jobs = self._jobs
+        if not jobs:
             return
-        rate, growth = self._rates()
-        t = self._next_change(rate, growth)
+        n, load, backlog = len(jobs), self._bg_load, self._backlog
+        streams = self._bg_streams or (1 if backlog > 0.0 else 0)
+        fair = streams / (streams + n)
+        if backlog > 0.0 or load > fair:
+            rate, growth = (1.0 - fair) / n, load - fair
+        else:
+            rate, growth = (1.0 - load) / n, 0.0
+        bg = self._bg
+        t = bg[0][0] if bg else inf
+        if rate > 0.0:
+            d = jobs[0][0] - self._v
+            c = self._t + (d if d > 0.0 else 0.0) / rate
+            if c < t:
+                t = c
+        if growth < 0.0 and backlog > 0.0:
+            c = self._t - backlog / growth
+            if c < t:
+                t = c
         if t >= self._wake_at or t == inf:
             return
         self._wake_at = t

@@ -208,53 +208,13 @@ if HAVE_GLUON:
         return acc, p_op
 
     @gluon.jit
-    def _fa3g_epilogue(acc, m_i, l_i, O, LSE, bh, row_first, n_q, HEAD_DIM: gl.constexpr,
-                       ROWS: gl.constexpr, dtype: gl.constexpr):
-        """O = acc / l in the input dtype, LSE = (m + log2 l) ln 2, for this
-        consumer's ROWS rows from row_first of head bh (rows past Nq not stored)."""
-        o_layout: gl.constexpr = acc.type.layout
-        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-        o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
-        offs_mo = row_first + gl.arange(0, ROWS, layout=row_o)
-        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-        rows = gl.expand_dims(offs_mo, 1)
-        o_base = bh.to(gl.int64) * n_q * HEAD_DIM
-        ptrs = O + o_base + rows * HEAD_DIM + gl.expand_dims(offs_d, 0)
-        gl.store(ptrs, o.to(dtype), mask=(rows < n_q) & (gl.expand_dims(offs_d, 0) < HEAD_DIM))
-        row_s: gl.constexpr = l_i.type.layout
-        offs_m = row_first + gl.arange(0, ROWS, layout=row_s)
-        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
-        gl.store(LSE + bh.to(gl.int64) * n_q + offs_m, lse, mask=offs_m < n_q)
-
-    @gluon.jit
     def _fa3g_consumer(q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                        v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m, n_tiles,
                        sched, sched_stride, C: gl.constexpr, H: gl.constexpr, GROUP: gl.constexpr,
                        HEAD_DIM: gl.constexpr, ROWS: gl.constexpr, NC: gl.constexpr,
                        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                        PINGPONG: gl.constexpr, P_SMEM: gl.constexpr, Q_REGS: gl.constexpr,
-                       FLAT: gl.constexpr, LPT: gl.constexpr, SCHEDULED: gl.constexpr):
-        """Consumer C: its CTA's tiles one by one (_fa3g_consumer_tiles) or as
-        one stream of K/V steps (FLAT, _fa3g_consumer_flat)."""
-        if FLAT:
-            _fa3g_consumer_flat(q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
-                                v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
-                                n_m, n_tiles, sched, sched_stride, C, H, GROUP, HEAD_DIM, ROWS, NC,
-                                BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT, SCHEDULED)
-        else:
-            _fa3g_consumer_tiles(q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
-                                 v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
-                                 n_m, n_tiles, sched, sched_stride, C, H, GROUP, HEAD_DIM, ROWS, NC,
-                                 BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT, SCHEDULED)
-
-    @gluon.jit
-    def _fa3g_consumer_tiles(q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
-                             v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m,
-                             n_tiles, sched, sched_stride, C: gl.constexpr, H: gl.constexpr,
-                             GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, ROWS: gl.constexpr,
-                             NC: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                             CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, P_SMEM: gl.constexpr,
-                             Q_REGS: gl.constexpr, LPT: gl.constexpr, SCHEDULED: gl.constexpr):
+                       LPT: gl.constexpr, SCHEDULED: gl.constexpr):
         # wgmma accumulator layouts of one warpgroup (4 warps along M): S is
         # ROWS x BLOCK_N, O is ROWS x HEAD_DIM; P feeds the second wgmma from
         # registers (A operand), so it takes the dot-operand layout of O's MMA,
@@ -376,186 +336,16 @@ if HAVE_GLUON:
             it += n_iter
             tc += 1
 
-            _fa3g_epilogue(acc, m_i, l_i, O, LSE, bh, row_first, n_q, HEAD_DIM, ROWS, dtype)
-
-    @gluon.jit
-    def _fa3g_tile_rows(t, n_m, n_tiles, n_q, n_kv, causal_off, H: gl.constexpr,
-                        GROUP: gl.constexpr, ROWS: gl.constexpr, NC: gl.constexpr,
-                        BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, LPT: gl.constexpr,
-                        C: gl.constexpr):
-        """A consumer's view of tile t: (head bh, its first query row, the
-        tile's K/V blocks, the blocks before n_full that need no mask: inside
-        Nkv and fully visible to that first row)."""
-        bh, kv_row0, row0, n_iter = _fa3g_tile(t, n_m, n_tiles, n_q, n_kv, causal_off, H, GROUP,
-                                               ROWS, NC, BLOCK_N, CAUSAL, LPT)
-        row_first = row0 + C * ROWS
-        n_full = n_kv // BLOCK_N
-        if CAUSAL:
-            n_full = gl.maximum(gl.minimum(n_full, (row_first + causal_off + 1) // BLOCK_N), 0)
-        return bh, row_first, n_iter, n_full
-
-    @gluon.jit
-    def _fa3g_consumer_flat(q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
-                            v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m,
-                            n_tiles, sched, sched_stride, C: gl.constexpr, H: gl.constexpr,
-                            GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, ROWS: gl.constexpr,
-                            NC: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                            CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, P_SMEM: gl.constexpr,
-                            Q_REGS: gl.constexpr, LPT: gl.constexpr, SCHEDULED: gl.constexpr):
-        """_fa3g_consumer_tiles with the step between two of its CTA's tiles
-        overlapped: it issues the next tile's first S beside this tile's last
-        P V, runs the next tile's first softmax under that product, and only
-        then writes this tile's O. Per tile this hides one softmax (the first)
-        and one P V (the last), which the per-tile loop runs with the tensor
-        cores idle for this warpgroup; the steps inside a tile are the per-tile
-        loop's. Needs Q in registers (Q_REGS): the next tile's Q must have
-        landed while this one runs, and a consumer frees its Q buffer only
-        once Q is in registers."""
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_N, 16])
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, HEAD_DIM, 16])
-        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-        q_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
-        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-        dtype: gl.constexpr = q_smem.dtype
-        gl.static_assert(Q_REGS, "the flat consumer keeps Q in registers")
-        q = q_smem.index(C)
-        p_buf = p_smem.index(C if P_SMEM else 0)
-        s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        turn_phase = 1 if C == 0 else 0  # as _fa3g_consumer_tiles: steps + 1 turns per consumer
-        n_my = _fa3g_tile_count(sched, sched_stride, n_tiles, SCHEDULED)  # >= 1: grid <= tiles
-
-        # ---- the first tile's first step: S_0 alone
-        bh, row_first, n_iter, n_full = _fa3g_tile_rows(
-            _fa3g_tile_at(sched, sched_stride, 0, SCHEDULED), n_m, n_tiles, n_q, n_kv, causal_off,
-            H, GROUP, ROWS, NC, BLOCK_N, CAUSAL, LPT, C)
-        mbarrier.wait(q_ready.index(C), 0)
-        q_op = q.load(q_layout)
-        mbarrier.arrive(q_empty.index(C), count=1)
-        mbarrier.wait(k_ready.index(0), 0)
-        if PINGPONG:
-            mbarrier.wait(turn.index(C), turn_phase)
-        s = warpgroup_mma(q_op, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
-                          is_async=True)
-        if PINGPONG:
-            mbarrier.arrive(turn.index((C + 1) % NC), count=1)
-        turn_phase ^= 1
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-        mbarrier.arrive(k_empty.index(0), count=1)
-        if n_full == 0:
-            s = _fa3g_mask(s, 0, n_kv, causal_off, row_first + gl.arange(0, ROWS, layout=row_s),
-                           offs_n, BLOCK_N, CAUSAL)
-        m_i = gl.max(s, 1) * qk_scale
-        p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
-        l_i = gl.sum(p, 1)
-        if P_SMEM:
-            p_op = _fa3g_p_to_smem(p, p_buf, dtype)
-        else:
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
-        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
-        g = 1  # the next step's ring position (K/V blocks consumed so far, all tiles)
-
-        for i in range(n_my):
-            offs_m = row_first + gl.arange(0, ROWS, layout=row_s)
-            # ---- steps 1 .. n_iter-1 of tile i, as _fa3g_consumer_tiles
-            for j in range(1, n_iter):
-                st = g % STAGES
-                prev = (g - 1) % STAGES
-                mbarrier.wait(k_ready.index(st), (g // STAGES) & 1)
-                mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
-                if PINGPONG:
-                    mbarrier.wait(turn.index(C), turn_phase)
-                s = warpgroup_mma(q_op, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
-                                  is_async=True)
-                if P_SMEM:
-                    acc = warpgroup_mma(p_buf, v_smem.index(prev), acc, is_async=True)
-                else:
-                    acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-                if PINGPONG:
-                    mbarrier.arrive(turn.index((C + 1) % NC), count=1)
-                turn_phase ^= 1
-                s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
-                mbarrier.arrive(k_empty.index(st), count=1)
-                if j >= n_full:
-                    s = _fa3g_mask(s, j, n_kv, causal_off, offs_m, offs_n, BLOCK_N, CAUSAL)
-                m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-                alpha = gl.exp2(m_i - m_new)
-                p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
-                l_i = l_i * alpha + gl.sum(p, 1)
-                m_i = m_new
-                acc, p_op = _fa3g_wait_pv(acc, p_op, P_SMEM)
-                mbarrier.arrive(v_empty.index(prev), count=1)
-                acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-                if P_SMEM:
-                    p_op = _fa3g_p_to_smem(p, p_buf, dtype)
-                else:
-                    p_op = gl.convert_layout(p.to(dtype), p_layout)
-                g += 1
-            if i + 1 < n_my:
-                # ---- the step between tiles: S_0 of tile i+1 beside the last P V of tile i
-                bh_n, row_first_n, n_iter_n, n_full_n = _fa3g_tile_rows(
-                    _fa3g_tile_at(sched, sched_stride, i + 1, SCHEDULED), n_m, n_tiles, n_q, n_kv,
-                    causal_off, H, GROUP, ROWS, NC, BLOCK_N, CAUSAL, LPT, C)
-                mbarrier.wait(q_ready.index(C), (i + 1) & 1)
-                q_op = q.load(q_layout)
-                mbarrier.arrive(q_empty.index(C), count=1)
-                st = g % STAGES
-                prev = (g - 1) % STAGES
-                mbarrier.wait(k_ready.index(st), (g // STAGES) & 1)
-                mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
-                if PINGPONG:
-                    mbarrier.wait(turn.index(C), turn_phase)
-                s = warpgroup_mma(q_op, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
-                                  is_async=True)
-                if P_SMEM:
-                    acc = warpgroup_mma(p_buf, v_smem.index(prev), acc, is_async=True)
-                else:
-                    acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-                if PINGPONG:
-                    mbarrier.arrive(turn.index((C + 1) % NC), count=1)
-                turn_phase ^= 1
-                s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
-                mbarrier.arrive(k_empty.index(st), count=1)
-                if n_full_n == 0:
-                    s = _fa3g_mask(s, 0, n_kv, causal_off,
-                                   row_first_n + gl.arange(0, ROWS, layout=row_s), offs_n, BLOCK_N,
-                                   CAUSAL)
-                m_n = gl.max(s, 1) * qk_scale
-                p = gl.exp2(s * qk_scale - gl.expand_dims(m_n, 1))
-                l_n = gl.sum(p, 1)
-                acc, p_op = _fa3g_wait_pv(acc, p_op, P_SMEM)
-                mbarrier.arrive(v_empty.index(prev), count=1)
-                _fa3g_epilogue(acc, m_i, l_i, O, LSE, bh, row_first, n_q, HEAD_DIM, ROWS, dtype)
-                acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
-                m_i = m_n
-                l_i = l_n
-                if P_SMEM:
-                    p_op = _fa3g_p_to_smem(p, p_buf, dtype)
-                else:
-                    p_op = gl.convert_layout(p.to(dtype), p_layout)
-                bh = bh_n
-                row_first = row_first_n
-                n_iter = n_iter_n
-                n_full = n_full_n
-                g += 1
-
-        # ---- the last P V, the last tile's O
-        last = (g - 1) % STAGES
-        mbarrier.wait(v_ready.index(last), ((g - 1) // STAGES) & 1)
-        if PINGPONG:
-            mbarrier.wait(turn.index(C), turn_phase)
-        if P_SMEM:
-            acc = warpgroup_mma(p_buf, v_smem.index(last), acc, is_async=True)
-        else:
-            acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-        if PINGPONG:
-            mbarrier.arrive(turn.index((C + 1) % NC), count=1)
-        acc, p_op = _fa3g_wait_pv(acc, p_op, P_SMEM)
-        mbarrier.arrive(v_empty.index(last), count=1)
-        _fa3g_epilogue(acc, m_i, l_i, O, LSE, bh, row_first, n_q, HEAD_DIM, ROWS, dtype)
+            # ---- epilogue: O = acc / l (input dtype), LSE = (m + log2 l) ln 2
+            o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
+            offs_mo = row_first + gl.arange(0, ROWS, layout=row_o)
+            offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+            rows = gl.expand_dims(offs_mo, 1)
+            o_base = bh.to(gl.int64) * n_q * HEAD_DIM
+            ptrs = O + o_base + rows * HEAD_DIM + gl.expand_dims(offs_d, 0)
+            gl.store(ptrs, o.to(dtype), mask=(rows < n_q) & (gl.expand_dims(offs_d, 0) < HEAD_DIM))
+            lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+            gl.store(LSE + bh.to(gl.int64) * n_q + offs_m, lse, mask=offs_m < n_q)
 
     @gluon.jit
     def _fa3g_fwd(q_desc, k_desc, v_desc, O, LSE, qk_scale, n_q, n_kv, causal_off, n_tiles, sched,
@@ -563,7 +353,7 @@ if HAVE_GLUON:
                   ROWS: gl.constexpr, NC: gl.constexpr, BLOCK_N: gl.constexpr,
                   STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                   P_SMEM: gl.constexpr, P_LAYOUT: gl.constexpr, Q_REGS: gl.constexpr,
-                  FLAT: gl.constexpr, LPT: gl.constexpr,
+                  LPT: gl.constexpr,
                   SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                   PRODUCER_REGS: gl.constexpr):
         # 1-D grid over tiles t = (b*H + h) * n_m + m; a CTA takes tiles
@@ -602,13 +392,13 @@ if HAVE_GLUON:
                 (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
                                   v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 0, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, FLAT,
-                                  LPT, SCHEDULED)),
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
+                                  SCHEDULED)),
                 (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
                                   v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 1, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, FLAT,
-                                  LPT, SCHEDULED)),
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
+                                  SCHEDULED)),
                 (_fa3g_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                                   k_ready, k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m,
                                   n_tiles, sched, sched_stride, H, GROUP, ROWS, NC, BLOCK_N, STAGES,
@@ -619,18 +409,18 @@ if HAVE_GLUON:
                 (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
                                   v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 0, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, FLAT,
-                                  LPT, SCHEDULED)),
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
+                                  SCHEDULED)),
                 (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
                                   v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 1, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, FLAT,
-                                  LPT, SCHEDULED)),
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
+                                  SCHEDULED)),
                 (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
                                   v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 2, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, FLAT,
-                                  LPT, SCHEDULED)),
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
+                                  SCHEDULED)),
                 (_fa3g_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                                   k_ready, k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m,
                                   n_tiles, sched, sched_stride, H, GROUP, ROWS, NC, BLOCK_N, STAGES,
@@ -764,12 +554,6 @@ def cfg_q_regs(cfg: TileConfig) -> bool:
     return False
 
 
-def cfg_flat(cfg: TileConfig) -> bool:
-    """A CTA's tiles as one stream of K/V steps (_fa3g_consumer_flat) or one
-    by one."""
-    return False
-
-
 def smem_bytes(problem: AttentionProblem, cfg: TileConfig, p_smem: bool) -> int:
     """Q tiles + the K/V ring (+ a P buffer per consumer), barriers aside."""
     e, d = problem.elem_bytes, problem.head_dim
@@ -808,7 +592,7 @@ def _layout(block, torch_dtype):
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
             return_lse=False, pingpong=None, persistent=None, lpt=None, balanced=None,
-            p_smem=None, q_regs=None, flat=None):
+            p_smem=None, q_regs=None):
     """FA3 forward with explicit producer / consumer warp specialisation.
     Same contract as kernels.fa3.forward (q [B,H,Nq,D], k/v [B,KVH,Nkv,D];
     returns O, or (O, LSE) with return_lse). config: consumer_warpgroups 2
@@ -817,8 +601,6 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     producer). pingpong defaults to config.pingpong (default_config: False).
     p_smem: P through SMEM rather than registers (default: p_in_smem).
     q_regs: Q held in registers as the A operand of Q Kᵀ (default: cfg_q_regs).
-    flat: a CTA's tiles as one stream of K/V steps (default: cfg_flat; needs
-    q_regs).
     persistent: one CTA per SM looping over the tiles (default: cfg_persistent,
     always), or one tile per CTA, which the hardware hands out as SMs free up
     (causal tiles differ in length; a static round-robin balances them worse
@@ -834,9 +616,6 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
         raise InvalidConfig(f"config must be an algorithms.problem.TileConfig, got {type(cfg).__name__}")
     p_smem = p_in_smem(cfg) if p_smem is None else bool(p_smem)
     q_regs = cfg_q_regs(cfg) if q_regs is None else bool(q_regs)
-    flat = cfg_flat(cfg) if flat is None else bool(flat)
-    if flat and not q_regs:
-        raise InvalidConfig("fa3_gluon: flat=True keeps Q in registers; it needs q_regs=True")
     _check(problem, cfg, p_smem)
     pp = cfg.pingpong if pingpong is None else bool(pingpong)
     scale = resolve_scale(sm_scale, problem.head_dim)
@@ -866,14 +645,14 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
            GROUP=h // kvh, HEAD_DIM=d, ROWS=ROWS_PER_CONSUMER, NC=cfg.consumer_warpgroups,
            BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=problem.causal, PINGPONG=pp,
            P_SMEM=p_smem, P_LAYOUT=_layout([ROWS_PER_CONSUMER, cfg.block_n], q.dtype),
-           Q_REGS=q_regs, FLAT=flat, LPT=lpt,
+           Q_REGS=q_regs, LPT=lpt,
            SCHEDULED=bool(balanced), CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
            num_warps=4, maxnreg=maxnreg)
     return (o, lse) if return_lse else o
 
 
 def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, pingpong=True,
-                  target=90, p_smem=None, q_regs=None, flat=None) -> dict:
+                  target=90, p_smem=None, q_regs=None) -> dict:
     """Cross-compile _fa3g_fwd for sm_90 without a GPU (bundled ptxas):
     {"smem_bytes", "n_regs", "stack_bytes", "warp_specialized", "ttgir", "ptx"}
     (stack_bytes: a thread's local-memory frame, where ptxas spills; None
@@ -886,7 +665,6 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
     cfg = config or default_config(problem)
     p_smem = p_in_smem(cfg) if p_smem is None else bool(p_smem)
     q_regs = cfg_q_regs(cfg) if q_regs is None else bool(q_regs)
-    flat = cfg_flat(cfg) if flat is None else bool(flat)
     _check(problem, cfg, p_smem)
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[problem.dtype]
     d = problem.head_dim
@@ -900,7 +678,7 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
            "n_q": "i32", "n_kv": "i32", "causal_off": "i32", "n_tiles": "i32", "sched": "*i32",
            "sched_stride": "i32",
            **{name: "constexpr" for name in ("H", "GROUP", "HEAD_DIM", "ROWS", "NC", "BLOCK_N",
-                                             "STAGES", "CAUSAL", "PINGPONG", "P_SMEM", "P_LAYOUT", "Q_REGS", "FLAT",
+                                             "STAGES", "CAUSAL", "PINGPONG", "P_SMEM", "P_LAYOUT", "Q_REGS",
                                              "LPT", "SCHEDULED", "CONSUMER_REGS",
                                              "PRODUCER_REGS")}}
     maxnreg, consumer_regs, producer_regs = REGISTERS[cfg.consumer_warpgroups]
@@ -908,7 +686,7 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
               "ROWS": ROWS_PER_CONSUMER, "NC": cfg.consumer_warpgroups, "BLOCK_N": cfg.block_n,
               "STAGES": cfg.num_stages, "CAUSAL": problem.causal, "PINGPONG": bool(pingpong),
               "P_SMEM": p_smem, "P_LAYOUT": _layout([ROWS_PER_CONSUMER, cfg.block_n], tdt),
-              "Q_REGS": q_regs, "FLAT": flat,
+              "Q_REGS": q_regs,
               "LPT": cfg_lpt(problem),
               "SCHEDULED": cfg_persistent(problem) and cfg_balanced(problem),
               "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs}

@@ -17,6 +17,14 @@ blocks fill the tail. Inside the CTA the warps specialise:
   cores (Section 3.1 of the paper);
 - intra-warpgroup overlap (Algorithm 2): iteration j issues QKᵀ_j and
   P_{j-1}V_{j-1} together and computes softmax(j) while P_{j-1}V_{j-1} runs.
+- P, the A operand of P V, stays in registers with one or two consumers and
+  goes through an SMEM buffer per consumer with three (p_in_smem), as in
+  kernels/fa3_gluon.py and FA3's 192-row tile.
+Where kernels/fa3_gluon.py differs: its CTAs are persistent, one an SM looping
+over the tiles (causal ones from a host-made list schedule, heaviest last
+rounds first), so its producer loads the next tile's Q, K and V during the
+current tile's last steps; here each tile is a CTA of its own, handed out in
+the same order as SMs free up, and pays its pipeline fill.
 The fp8 variant is the same schedule with dtype "fp8" (twice the matmul rate);
 the paper's in-kernel V transpose is not modelled (kernels/fa3.py lays V out
 for the fp8 GEMM before the launch).
@@ -26,8 +34,8 @@ from __future__ import annotations
 from .errors import InvalidConfig
 from .fa2 import (ALU_EPILOGUE_PER_OUT, ALU_PER_ACC, ALU_PER_MASKED_SCORE, ALU_PER_SCORE,
                   block_is_masked, cta_cost_key, locate_q_block)
-from .ops import (TMA, Alu, Arrive, Exp, Item, Load, Loop, Mma, MmaWait, StepLatency, Store, Tile,
-                  Wait, shared_accesses)
+from .ops import (TMA, Alu, Arrive, Exp, Item, Load, Loop, Mma, MmaWait, SmemIO, StepLatency, Store,
+                  Tile, Wait, shared_accesses)
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import (WARPS_PER_WARPGROUP, attention_tensors, CtaProgram, Launch, Role, Schedule,
                        head_layout)
@@ -45,14 +53,26 @@ def rows_per_consumer(cfg: TileConfig) -> int:
     return cfg.block_m // cfg.consumer_warpgroups
 
 
+def p_in_smem(cfg: TileConfig) -> bool:
+    """Where P, the A operand of O += P V, lives: in registers with one or two
+    consumer warpgroups (240 registers a thread hold S, P and O), in an SMEM
+    buffer per consumer with three (160 a thread do not hold P's 32 besides
+    the 64 each of S and O: 128 x (3 x 160 + 32) fills the register file).
+    FA3 makes the same choice for its 192-row tile (hopper/tile_size.h);
+    kernels/fa3_gluon.py follows this rule."""
+    return cfg.consumer_warpgroups == 3
+
+
 def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
-    """Q tile, the K/V ring and the mbarriers (q, full and empty per stage and
-    consumer). The O epilogue is staged in Q's buffer, dead by then."""
+    """Q tile, the K/V ring, P's buffers (p_in_smem) and the mbarriers (q,
+    full and empty per stage and consumer). The O epilogue is staged in Q's
+    buffer, dead by then."""
     e, d = problem.elem_bytes, problem.head_dim
     q = cfg.block_m * d * e
     ring = cfg.num_stages * 2 * cfg.block_n * d * e
+    p_buffers = cfg.block_m * cfg.block_n * e if p_in_smem(cfg) else 0
     barriers = (1 + 3 * cfg.num_stages) * cfg.consumer_warpgroups * MBARRIER_BYTES
-    return q + ring + barriers
+    return q + ring + p_buffers + barriers
 
 
 def check(problem: AttentionProblem, cfg: TileConfig, smem_limit: int) -> None:
@@ -77,6 +97,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     out_e = p.out_elem_bytes
     bm, bn, cw = cfg.block_m, cfg.block_n, cfg.consumer_warpgroups
     rows = rows_per_consumer(cfg)
+    p_smem = p_in_smem(cfg)
     n_qb = cdiv(p.seqlen_q, bm)
     bh = p.batch * p.heads
     consumers = range(cw)
@@ -133,7 +154,10 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
             take_turn = [Wait(f"turn.{w}")] if cfg.pingpong and cw > 1 else []
             give_turn = [Arrive(f"turn.{nxt}")] if cfg.pingpong and cw > 1 else []
             qk = Mma(rows, bn, d, p.dtype, "wgmma", is_async=True)
-            pv = Mma(rows, d, bn, p.dtype, "wgmma", is_async=True, a_in_smem=False)  # P in registers
+            pv = Mma(rows, d, bn, p.dtype, "wgmma", is_async=True, a_in_smem=p_smem)
+            # P through SMEM: the warps write it there once P_{j-1} V_{j-1} has
+            # retired, and the wgmma reads it back as its A operand
+            write_p = [SmemIO(rows * bn * e)] if p_smem else []
 
             def softmax(j: int) -> list[Item]:
                 scores = rows * bn
@@ -153,16 +177,17 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                     j = k + 1  # QKᵀ_j with P_{j-1}V_{j-1}; softmax(j) under the PV GEMM
                     return [Wait(f"k_full.{w}"), *take_turn, qk,
                             Wait(f"v_full.{w}"), pv, *give_turn,
-                            MmaWait(pending=1), release_k, *softmax(j), MmaWait(), release_v]
+                            MmaWait(pending=1), release_k, *softmax(j), MmaWait(), release_v,
+                            *write_p]
                 body = [Wait(f"k_full.{w}"), *take_turn, qk, *give_turn, MmaWait(), release_k,
-                        *softmax(0),
+                        *softmax(0), *write_p,
                         Loop("kv", trips - 1, step, lambda k: block_is_masked(p, cfg, qb, k + 1),
                              memory=no_accesses),
                         Wait(f"v_full.{w}"), *take_turn, pv, *give_turn, MmaWait(), release_v]
             else:
                 def step(j: int) -> list[Item]:
                     return [Wait(f"k_full.{w}"), *take_turn, qk, MmaWait(), *give_turn, release_k,
-                            *softmax(j),
+                            *softmax(j), *write_p,
                             Wait(f"v_full.{w}"), *take_turn, pv, MmaWait(), *give_turn,
                             release_v]
                 body = [Loop("kv", trips, step, lambda j: block_is_masked(p, cfg, qb, j),

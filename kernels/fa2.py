@@ -237,7 +237,10 @@ def _wgmma_mix(ptx: str) -> dict:
             "qk_instrs_per_iter": len(ss) // 2, "pv_instrs_per_iter": len(rs) // 2}
 
 
-def _compile_in_subprocess(module, problem, config, target):
+def _compile_in_subprocess(module, problem, config, target, function="compiled_resources", **kwargs):
+    """`module`.`function`(problem, config, target=..., **kwargs) in a child
+    process without TRITON_INTERPRET (kwargs: JSON values); its dict less
+    "ttgir"."""
     import dataclasses
     import json
     import os
@@ -245,14 +248,16 @@ def _compile_in_subprocess(module, problem, config, target):
     import sys
 
     code = ("import json, sys; from algorithms.problem import AttentionProblem, TileConfig; "
-            f"from {module} import compiled_resources; a = json.loads(sys.argv[1]); "
-            "r = compiled_resources(AttentionProblem(**a['p']), TileConfig(**a['c']), tuple(a['t'])); "
+            f"from {module} import {function} as f; a = json.loads(sys.argv[1]); "
+            "t = a['t'] if isinstance(a['t'], int) else tuple(a['t']); "
+            "r = f(AttentionProblem(**a['p']), TileConfig(**a['c']), target=t, **a['k']); "
             "print(json.dumps({k: v for k, v in r.items() if k != 'ttgir'}))")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     arg = json.dumps({"p": dataclasses.asdict(problem), "c": dataclasses.asdict(config),
-                      "t": list(target) if isinstance(target, (tuple, list)) else [int(target)]})
+                      "t": list(target) if isinstance(target, (tuple, list)) else int(target),
+                      "k": kwargs})
     out = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True, env=env,
                          check=True).stdout
     return json.loads(out.strip().splitlines()[-1])

@@ -54,6 +54,8 @@ import torch
 import triton
 
 from algorithms.errors import InvalidConfig, InvalidProblem, UnsupportedAlgorithm
+from algorithms import fa3 as fa3_schedule
+from algorithms.fa3 import p_in_smem  # where P lives: the schedule's rule, one source
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
 from .common import LOG2E, launch, problem_of, require_hopper, resolve_scale
@@ -541,24 +543,9 @@ def _sm_count(device) -> int:
     return _SMS[idx]
 
 
-def p_in_smem(cfg: TileConfig) -> bool:
-    """Where P, the A operand of O += P V, lives: in registers with two
-    consumer warpgroups (240 registers a thread hold S, P and O), in SMEM with
-    three (160 a thread do not hold P's 32 besides S's and O's 64 each; FA3
-    makes the same choice for its 192-row tile, hopper/tile_size.h)."""
-    return cfg.consumer_warpgroups == 3
-
-
 def cfg_q_regs(cfg: TileConfig) -> bool:
     """Q in registers (RS wgmma for Q Kᵀ) or read from SMEM every step."""
     return False
-
-
-def smem_bytes(problem: AttentionProblem, cfg: TileConfig, p_smem: bool) -> int:
-    """Q tiles + the K/V ring (+ a P buffer per consumer), barriers aside."""
-    e, d = problem.elem_bytes, problem.head_dim
-    p = cfg.block_m * cfg.block_n if p_smem else 0
-    return e * (d * (cfg.block_m + 2 * cfg.num_stages * cfg.block_n) + p)
 
 
 def _check(problem: AttentionProblem, cfg: TileConfig, p_smem: bool) -> None:
@@ -572,7 +559,10 @@ def _check(problem: AttentionProblem, cfg: TileConfig, p_smem: bool) -> None:
     if cfg.block_n not in (64, 128) or cfg.num_stages < 2:
         raise InvalidConfig(f"fa3_gluon needs block_n in (64, 128) and num_stages >= 2, got "
                             f"{cfg.block_n} and {cfg.num_stages}")
-    smem = smem_bytes(problem, cfg, p_smem)
+    # the schedule's count (algorithms/fa3.py), with P's buffers as this launch places P
+    smem = fa3_schedule.smem_bytes(problem, cfg)
+    if p_smem != p_in_smem(cfg):
+        smem += (1 if p_smem else -1) * cfg.block_m * cfg.block_n * problem.elem_bytes
     if smem > 227 * 1024:
         raise InvalidConfig(f"fa3_gluon: Q + {cfg.num_stages}-stage K/V ring"
                             f"{' + P' if p_smem else ''} need {smem} B of SMEM (> 227 KB); "
@@ -657,12 +647,20 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
     {"smem_bytes", "n_regs", "stack_bytes", "warp_specialized", "ttgir", "ptx"}
     (stack_bytes: a thread's local-memory frame, where ptxas spills; None
     without the bundled cuobjdump)."""
+    from .common import interpreting
+    from .fa2 import _compile_in_subprocess
+
+    cfg = config or default_config(problem)
+    if interpreting():
+        # under TRITON_INTERPRET=1 the kernels' jit objects cannot be compiled:
+        # compile in a clean child process instead
+        return _compile_in_subprocess("kernels.fa3_gluon", problem, cfg, target, "compiled_info",
+                                      pingpong=pingpong, p_smem=p_smem, q_regs=q_regs)
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from . import sass
 
-    cfg = config or default_config(problem)
     p_smem = p_in_smem(cfg) if p_smem is None else bool(p_smem)
     q_regs = cfg_q_regs(cfg) if q_regs is None else bool(q_regs)
     _check(problem, cfg, p_smem)

@@ -76,3 +76,23 @@ def test_tile_blocks_of_the_192_row_tile():
     tile (rows 960-999) sees 8 blocks, the first (rows 0-191) 2."""
     p = AttentionProblem(batch=1, heads=1, seqlen_q=1000, head_dim=128, causal=True)
     assert g.tile_blocks(p, 128, 192) == [8, 8, 6, 5, 3, 2]
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("consumers", [2, 3])
+def test_compiled_smem_is_the_schedules(head_dim, consumers):
+    """Cross-compiled for sm_90 on the CPU (bundled ptxas), the kernel's SMEM is
+    the fa3 schedule's count (Q, the K/V ring, P's buffers with three
+    consumers, mbarriers) to within 256 B of alignment and barrier padding,
+    and the kernel is warp-specialised."""
+    from algorithms import fa3
+    from algorithms.problem import TileConfig
+
+    p = AttentionProblem(batch=4, heads=16, seqlen_q=4096, head_dim=head_dim)
+    cfg = (g.default_config(p) if consumers == 2 else
+           TileConfig(block_m=192, block_n=128, num_warps=16, num_stages=2, mma="wgmma",
+                      consumer_warpgroups=3, pingpong=False))
+    info = g.compiled_info(p, cfg, pingpong=False)
+    assert info["warp_specialized"]
+    assert 0 <= info["smem_bytes"] - fa3.smem_bytes(p, cfg) <= 256, (info["smem_bytes"],
+                                                                    fa3.smem_bytes(p, cfg))

@@ -51,6 +51,13 @@ class Load(NamedTuple):
     slack: float = 0.0
 
 
+# tuple_new(Load, (tile, nbytes, engine, signal, slack)): a named tuple made
+# without its Python-level __new__ (every field given), for the few places
+# that build one per simulated or skipped step; equal to Load(...) in all
+# respects.
+tuple_new = tuple.__new__
+
+
 class Store(NamedTuple):
     """SM -> global memory (write-back through L2). A named tuple, as Load."""
 
@@ -219,6 +226,8 @@ class SharedAccesses:
     replays a skipped run of iterations from it without rebuilding them)."""
 
     __slots__ = ("cache", "key", "memory", "trips")
+    # every access a Load (the engine's ghost replay then takes the sequence as its loads)
+    loads_only = False
 
     def __init__(self, cache: dict, key, memory: Callable[[int], Sequence[Item]], trips: int):
         self.cache, self.key, self.memory, self.trips = cache, key, memory, trips
@@ -240,6 +249,41 @@ class SharedAccesses:
     def window(self, first: int, count: int) -> Sequence[Item]:
         ops, offsets = self._built()
         return ops[offsets[first]:offsets[first + count]]
+
+
+class PrefixAccesses(SharedAccesses):
+    """SharedAccesses of a pipelined loop whose iteration i copies
+    loads_of(i + lookahead) and nothing else (none in its last lookahead
+    iterations): the loops over one stream of tiles (a head's K/V blocks)
+    that differ in trips (causal Q blocks) have sequences that are prefixes
+    of one another. Each still has its own sequence and offsets, equal to
+    SharedAccesses' (memory(i) chained), but they are cut from one list per
+    stream, kept under `stream` in the cache, which grows as longer loops
+    ask (built per loop, every causal CTA's K/V loop called loads_of again
+    for each of its steps: a tenth of a causal fa2 prediction)."""
+
+    __slots__ = ("stream", "loads_of", "lookahead")
+    loads_only = True
+
+    def __init__(self, cache: dict, key, stream, loads_of: Callable[[int], Sequence[Load]],
+                 lookahead: int, trips: int):
+        super().__init__(cache, key, None, trips)
+        self.stream, self.loads_of, self.lookahead = stream, loads_of, lookahead
+
+    def _built(self) -> tuple[tuple, list[int]]:
+        built = self.cache.get(self.key)
+        if built is None:
+            grown = self.cache.get(self.stream)
+            if grown is None:
+                grown = self.cache[self.stream] = ([], [0])
+            ops, ends = grown       # ends[k]: the accesses of loads_of(lookahead + m), m < k
+            issuing = max(0, self.trips - self.lookahead)   # iterations that copy
+            while len(ends) <= issuing:
+                ops += self.loads_of(self.lookahead + len(ends) - 1)
+                ends.append(len(ops))
+            end = ends[issuing]
+            built = self.cache[self.key] = (tuple(ops[:end]), ends[:issuing + 1] + [end] * (self.trips - issuing))
+        return built
 
 
 def shared_accesses(cache: dict, key, memory: Callable[[int], Sequence[Item]], trips: int) -> SharedAccesses:

@@ -6,9 +6,10 @@ on demand and loops expand only when walked. Launch order is the CTA index.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable, Iterable, Sequence
 
-from .ops import CP_ASYNC, LD, Arrive, Item, Load, Loop, Op, Wait, shared_accesses
+from .ops import CP_ASYNC, LD, Arrive, Item, Load, Loop, Op, PrefixAccesses, Wait, shared_accesses, tuple_new
 from .problem import ACC_BYTES, AttentionProblem, TileConfig
 
 
@@ -95,6 +96,12 @@ def attention_tensors(problem: AttentionProblem, out_elem_bytes: int | None = No
     return tensors
 
 
+# Wait(barrier, count), one op for all the steps and CTAs that wait alike
+# (ops are immutable; a frozen dataclass is slow to build, and a pipelined
+# loop's every step built one)
+_wait = lru_cache(maxsize=1024)(Wait)
+
+
 def pipelined_loop(
     name: str,
     trips: int,
@@ -161,14 +168,15 @@ def pipelined_loop(
     issued: dict[int, int] = {}     # iteration -> its loads, counted when issued
 
     def issue(i: int) -> list[Op]:
-        loads = [Load(ld.tile, ld.nbytes, engine, signal) for ld in loads_of(i)]
+        # [Load(ld.tile, ld.nbytes, engine, signal) ...], without Load's Python-level __new__
+        loads = [tuple_new(Load, (ld[0], ld[1], engine, signal, 0.0)) for ld in loads_of(i)]
         issued[i] = len(loads)
         return loads
 
     def body(i: int) -> list[Item]:
         # (the count of the loads issued for i, not loads_of(i) rebuilt for it)
         count = issued.pop(i, None)
-        ready = Wait(barrier, len(loads_of(i)) if count is None else count)
+        ready = _wait(barrier, len(loads_of(i)) if count is None else count)
         ahead = issue(i + lookahead) if i + lookahead < trips else []
         if roles == 1:
             return [ready, *compute_of(i), *ahead]
@@ -190,7 +198,11 @@ def pipelined_loop(
     accesses = None
     if share is not None:
         cache, tiles = share
-        accesses = shared_accesses(cache, (name, trips, stages, tiles), memory, trips)
+        if compute_memory is None:     # memory(i) is loads_of(i + lookahead): prefixes of one stream
+            accesses = PrefixAccesses(cache, (name, trips, stages, tiles), (PrefixAccesses, name, stages, tiles),
+                                      loads_of, lookahead, trips)
+        else:
+            accesses = shared_accesses(cache, (name, trips, stages, tiles), memory, trips)
     return [*prologue, Loop(name, trips, body, key if key_of else None, memory=memory, accesses=accesses)]
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .defaults import softmax_num_warps
 from .compiled import compiled as compiled_kernel
-from .ops import Alu, Exp, Load, Mma, MmaWait, SmemIO, Store, Tile
+from .ops import LD, Alu, Exp, Load, Mma, MmaWait, SmemIO, Store, Tile, tuple_new
 from .problem import AttentionProblem, TileConfig, cdiv
 from .schedule import (attention_tensors, CtaProgram, Launch, Role, Schedule, TensorSpec, head_layout,
                        pipelined_loop, plain_load)
@@ -70,9 +70,10 @@ def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
 
 
 def _gemm_launch(name, p, cfg, m_rows, n_cols, red_len, block_n, block_k,
-                 a_tile, b_tile, c_tile) -> Launch:
+                 a_tensor, b_tile, c_tile) -> Launch:
     """C[m_rows, n_cols] = A[m_rows, red_len] · B[red_len, n_cols] per (batch, head).
-    a_tile(b, h, m, k) / b_tile(b, h, n, k) / c_tile(b, h, m, n) name the tiles."""
+    A's tiles are Tile(a_tensor, b, h, m, k); b_tile(b, h, n, k) / c_tile(b, h, m, n)
+    name the others."""
     e, bm = p.elem_bytes, cfg.block_m
     tm, tn, tk = cdiv(m_rows, bm), cdiv(n_cols, block_n), cdiv(red_len, block_k)
     per_head = tm * tn
@@ -94,7 +95,11 @@ def _gemm_launch(name, p, cfg, m_rows, n_cols, red_len, block_n, block_k,
             b_load = b_loads.get((b, h, n, k))
             if b_load is None:
                 b_load = b_loads[b, h, n, k] = Load(b_tile(b, h, n, k), cols * depth * e)
-            return [Load(a_tile(b, h, m, k), rows * depth * e), b_load]
+            # Load(Tile(a_tensor, b, h, m, k), rows * depth * e), built without
+            # the named tuples' Python-level __new__ (a load per step and CTA:
+            # 524k at N = 16384)
+            return [tuple_new(Load, (tuple_new(Tile, (a_tensor, b, h, m, k)), rows * depth * e, LD, (), 0.0)),
+                    b_load]
 
         def compute_of(k: int):
             # one product left running (Triton 3.6, sm_90 TTGIR: warp_group_dot,
@@ -127,6 +132,7 @@ def _qk_rows_launch(p: AttentionProblem, cfg: TileConfig) -> Launch:
     converted, changed to a coalesced layout through SMEM (a convert_layout
     inside the loop) and stored."""
     e, d, bm, bn = p.elem_bytes, p.head_dim, cfg.block_m, cfg.block_n
+    n_kv = p.seqlen_kv
     tm, tn = cdiv(p.seqlen_q, bm), cdiv(p.seqlen_kv, bn)
     bh = p.batch * p.heads
     kvh = p.kv_head_of
@@ -148,7 +154,9 @@ def _qk_rows_launch(p: AttentionProblem, cfg: TileConfig) -> Launch:
             return loads
 
         def store_of(j: int):
-            return [Store(Tile("S", b, h, m, j), rows * cols(j) * e)]
+            # [Store(Tile("S", b, h, m, j), rows * cols(j) * e)], without the
+            # named tuples' Python-level __new__ (one per step and CTA)
+            return [tuple_new(Store, (tuple_new(Tile, ("S", b, h, m, j)), rows * min(bn, n_kv - j * bn) * e, LD))]
 
         def compute_of(j: int):
             return [Mma(bm, bn, d, p.dtype, cfg.mma, is_async=True), MmaWait(0),
@@ -209,7 +217,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     qk = _qk_rows_launch(p, cfg)
     pv = _gemm_launch(
         "pv_gemm", p, cfg, p.seqlen_q, d, p.seqlen_kv, _pv_block_d(p), cfg.block_k,
-        a_tile=lambda b, h, m, k: Tile("P", b, h, m, k),
+        a_tensor="P",
         b_tile=lambda b, h, n, k: Tile("V", b, kvh(h), k, n),
         c_tile=lambda b, h, m, n: Tile("O", b, h, m, n))
     bh = p.batch * p.heads

@@ -1196,7 +1196,8 @@ class Engine:
                 # (held beside its loads, the sequence keeps its id to itself)
                 hit = shared_loads.get(id(seq))
                 if hit is None:
-                    hit = shared_loads[id(seq)] = (seq, tuple(op for op in seq if op.__class__ is Load))
+                    hit = shared_loads[id(seq)] = (seq, seq if item.accesses.loads_only
+                                                   else tuple(op for op in seq if op.__class__ is Load))
                 loads = hit[1]
                 if own:
                     segments.append((own, n, False))

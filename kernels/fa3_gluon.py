@@ -47,6 +47,7 @@ O is written once in the input dtype, LSE (fp32, natural log) as kernels/fa2.py.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import re
 
@@ -575,9 +576,17 @@ def _require_hopper(device):
     require_hopper(device, "fa3_gluon", "TMA and wgmma; Gluon has no interpreter")
 
 
-def _layout(block, torch_dtype):
+@functools.lru_cache(maxsize=None)
+def _shared_layout(block: tuple, torch_dtype):
     gdt = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[torch_dtype]
-    return gl.NVMMASharedLayout.get_default_for(block, gdt)
+    return gl.NVMMASharedLayout.get_default_for(list(block), gdt)
+
+
+def _layout(block, torch_dtype):
+    """The NVMMA shared layout of a [rows, cols] tile, made once per shape and
+    dtype: forward runs on the host before every launch, and at N = 512 a
+    launch's host work is about as long as the kernel (about 7 us a layout)."""
+    return _shared_layout(tuple(block), torch_dtype)
 
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
@@ -634,7 +643,8 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
            problem.causal_offset, n_tiles, sched, sched.stride(0) if balanced else 0, H=h,
            GROUP=h // kvh, HEAD_DIM=d, ROWS=ROWS_PER_CONSUMER, NC=cfg.consumer_warpgroups,
            BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=problem.causal, PINGPONG=pp,
-           P_SMEM=p_smem, P_LAYOUT=_layout([ROWS_PER_CONSUMER, cfg.block_n], q.dtype),
+           P_SMEM=p_smem,
+           P_LAYOUT=_layout([ROWS_PER_CONSUMER, cfg.block_n], q.dtype) if p_smem else None,
            Q_REGS=q_regs, LPT=lpt,
            SCHEDULED=bool(balanced), CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
            num_warps=4, maxnreg=maxnreg)

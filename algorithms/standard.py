@@ -82,6 +82,11 @@ def _gemm_launch(name, p, cfg, m_rows, n_cols, red_len, block_n, block_k,
     # launch: a head's row blocks all stream them, and the engine replays
     # them for every skipped step (PV at N = 16384: 524k steps)
     b_loads: dict = {}
+    depths = [min(block_k, red_len - k * block_k) for k in range(tk)]   # of each step's tiles
+    # one product left running (Triton 3.6, sm_90 TTGIR: warp_group_dot,
+    # then warp_group_dot_wait {pendings = 1}); synchronous on mma.sync GPUs.
+    # The same ops every step (ops are immutable).
+    step = (Mma(bm, block_n, block_k, p.dtype, cfg.mma, is_async=True), MmaWait(1))
 
     def program(cta: int) -> CtaProgram:
         t, pair = cta % per_head, cta // per_head
@@ -89,12 +94,15 @@ def _gemm_launch(name, p, cfg, m_rows, n_cols, red_len, block_n, block_k,
         m, n = divmod(t, tn)
         rows = min(bm, m_rows - m * bm)
         cols = min(block_n, n_cols - n * block_n)
+        b_row = b_loads.get((b, h, n))     # k -> B's copy at step k
+        if b_row is None:
+            b_row = b_loads[b, h, n] = {}
 
         def loads_of(k: int):
-            depth = min(block_k, red_len - k * block_k)
-            b_load = b_loads.get((b, h, n, k))
+            depth = depths[k]
+            b_load = b_row.get(k)
             if b_load is None:
-                b_load = b_loads[b, h, n, k] = Load(b_tile(b, h, n, k), cols * depth * e)
+                b_load = b_row[k] = Load(b_tile(b, h, n, k), cols * depth * e)
             # Load(Tile(a_tensor, b, h, m, k), rows * depth * e), built without
             # the named tuples' Python-level __new__ (a load per step and CTA:
             # 524k at N = 16384)
@@ -102,12 +110,9 @@ def _gemm_launch(name, p, cfg, m_rows, n_cols, red_len, block_n, block_k,
                     b_load]
 
         def compute_of(k: int):
-            # one product left running (Triton 3.6, sm_90 TTGIR: warp_group_dot,
-            # then warp_group_dot_wait {pendings = 1}); synchronous on mma.sync GPUs
-            return [Mma(bm, block_n, block_k, p.dtype, cfg.mma, is_async=True), MmaWait(1)]
+            return step
 
-        def key_of(k: int):
-            return min(block_k, red_len - k * block_k)
+        key_of = depths.__getitem__
 
         items = [*pipelined_loop("k", tk, loads_of, compute_of, cfg.num_stages, key_of),
                  MmaWait(0),
@@ -137,15 +142,18 @@ def _qk_rows_launch(p: AttentionProblem, cfg: TileConfig) -> Launch:
     bh = p.batch * p.heads
     kvh = p.kv_head_of
     k_loads: dict = {}      # (batch, K/V head, block) -> [Load]: a head's K copies, built once
+    cols_of = [min(bn, n_kv - j * bn) for j in range(tn)]     # block j's columns
+    # a step's work before its store: the same ops every step (ops are immutable)
+    work = (Mma(bm, bn, d, p.dtype, cfg.mma, is_async=True), MmaWait(0),
+            Alu(bm * bn),                   # scale, convert to the output dtype
+            SmemIO(2 * bm * bn * e))        # the tile into SMEM and out in the store's layout
 
     def program(cta: int) -> CtaProgram:
         m, pair = cta % tm, cta // tm
         b, h = divmod(pair, p.heads)
         g = kvh(h)
         rows = min(bm, p.seqlen_q - m * bm)
-
-        def cols(j: int) -> int:
-            return min(bn, p.seqlen_kv - j * bn)
+        cols = cols_of.__getitem__
 
         def loads_of(j: int):
             loads = k_loads.get((b, g, j))
@@ -156,13 +164,10 @@ def _qk_rows_launch(p: AttentionProblem, cfg: TileConfig) -> Launch:
         def store_of(j: int):
             # [Store(Tile("S", b, h, m, j), rows * cols(j) * e)], without the
             # named tuples' Python-level __new__ (one per step and CTA)
-            return [tuple_new(Store, (tuple_new(Tile, ("S", b, h, m, j)), rows * min(bn, n_kv - j * bn) * e, LD))]
+            return [tuple_new(Store, (tuple_new(Tile, ("S", b, h, m, j)), rows * cols_of[j] * e, LD))]
 
         def compute_of(j: int):
-            return [Mma(bm, bn, d, p.dtype, cfg.mma, is_async=True), MmaWait(0),
-                    Alu(bm * bn),                   # scale, convert to the output dtype
-                    SmemIO(2 * bm * bn * e),        # the tile into SMEM and out in the store's layout
-                    *store_of(j)]
+            return [*work, *store_of(j)]
 
         # the stores in an iteration's memory too: skipped iterations pass them through L2
         items = [plain_load(Tile("Q", b, h, m), rows * d * e),

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from itertools import chain
 from math import inf
+from operator import itemgetter
 
 import simpy
 from simpy.events import NORMAL, Initialize, Process, Timeout
@@ -96,6 +97,8 @@ SATURATION = 0.5
 # this share of its time while the period was timed (then the skip is timed
 # again once HBM has nothing queued).
 HBM_PACED = 0.9
+
+_TILE = itemgetter(0)     # a Load's tile
 
 
 @dataclass
@@ -1171,8 +1174,8 @@ class Engine:
                 laid_out.add(layout)
                 ops = [op for seq, _, _ in segments for op in seq] if len(segments) > 1 else segments[0][0]
                 for c, piece in enumerate(pieces):
-                    for op in ops[bounds[c]:bounds[c + 1]]:
-                        piece[op.tile] = op
+                    part = ops[bounds[c]:bounds[c + 1]]
+                    piece.update(zip(map(_TILE, part), part))   # (piece[op.tile] = op for each, in C)
         step, stored = duration / REPLAY_CHUNKS, stored / REPLAY_CHUNKS
         for c, tiles in enumerate(pieces):
             piece = list(tiles.values())
@@ -1207,7 +1210,10 @@ class Engine:
                     segments.append((loads, n, True))
                     n += len(loads)
             elif kind is Loop:
-                own += [op for op in _accesses((item, )) if op.__class__ is Load]
+                # (_accesses((item, )), without its generator where the loop declares its memory)
+                accesses = (chain.from_iterable(map(item.memory, range(item.trips))) if item.memory is not None
+                            else _accesses((item, )))
+                own += [op for op in accesses if op.__class__ is Load]
             elif kind is Load:
                 own.append(item)
         if own or not segments:

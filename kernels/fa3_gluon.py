@@ -5,25 +5,31 @@ so kernels/fa3.py runs TMA waits, both GEMMs and the softmax in the same warps.
 Gluon (triton.experimental.gluon, Triton 3.6) lets us write the partitions,
 the SMEM ring, the mbarriers and the wgmma waits by hand.
 
-CTA = one 128-row Q tile of one (batch, head) at a time: a 1-D grid over tiles
-t = (b*H + h) * cdiv(Nq, 128) + m (Q tiles of a head adjacent, for L2 reuse of
+CTA = one 128-row Q tile (192 with three consumers) of one (batch, head) at a
+time: a 1-D grid over tiles t = (b*H + h) * cdiv(Nq, block_m) + m (Q tiles of a head adjacent, for L2 reuse of
 its K/V), causal tiles of a head heaviest first. Persistent: one CTA per SM
 (the producer loads the next tile's Q and K/V while the consumers finish the
 current one), taking tiles pid, pid + #SMs, ... when they are equal
 (non-causal), or those a host-made list schedule gives it (causal: head order,
 the last rounds heaviest first; list_schedule). forward() can also launch one
 tile per CTA.
-Three partitions (gl.warp_specialize), 12 warp slots in all:
+Three partitions (gl.warp_specialize), 12 warp slots in all (four partitions and 16
+slots with three consumers):
   * consumer 0 (the default partition, 4 warps = warpgroup 0) owns query rows
     [0, 64) of the tile, consumer 1 (a 4-warp worker = warpgroup 1) rows
     [64, 128). Each holds its own 64 x D fp32 accumulator: a warpgroup's wgmma
     covers 64 rows, and 64 rows keep S (64 x BN fp32), P and O in registers
     within the 240 registers setmaxnreg grants (FA3's split of block_m = 128).
-  * producer (a 1-warp worker, 24 registers): TMA loads of both Q halves, then
-    K_j and V_j into a `num_stages`-deep ring. Each stage has a ready barrier
-    (completed by the TMA transaction count) and an empty barrier (count 2:
-    both consumers release the slot). K and V have separate barriers so that
-    S_j = Q K_jᵀ can start before V_j has landed.
+    With three consumers (block_m 192, FA3's other hdim-128 tile) each gets
+    160 registers, and P goes through an SMEM buffer per consumer
+    (algorithms.fa3.p_in_smem; an option with two as well). Q can be held in
+    registers as the A operand of Q Kᵀ (q_regs, off by default).
+  * producer (a 1-warp worker, 24 registers): TMA loads of the consumers' Q
+    tiles, then K_j and V_j into a `num_stages`-deep ring. Each stage has a
+    ready barrier (completed by the TMA transaction count) and an empty barrier
+    (count: the consumers, each releases the slot). K and V have separate
+    barriers so that S_j = Q K_jᵀ can start before V_j has landed.
+  What each variant measured on the H100: kernels/NOTES.md (session 19).
 Consumer loop (FA3 Algorithm 2, intra-warpgroup overlap): turn j issues the
 wgmma for S_j and the wgmma for O += P_{j-1} V_{j-1} back to back (both async),
 waits for S_j only (warpgroup_mma_wait(1)), runs the online softmax of block j
@@ -54,8 +60,8 @@ import re
 import torch
 import triton
 
-from algorithms.errors import InvalidConfig, InvalidProblem, UnsupportedAlgorithm
 from algorithms import fa3 as fa3_schedule
+from algorithms.errors import InvalidConfig, InvalidProblem, UnsupportedAlgorithm
 from algorithms.fa3 import p_in_smem  # where P lives: the schedule's rule, one source
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
@@ -194,8 +200,8 @@ if HAVE_GLUON:
         SS wgmma. fence_async_shared makes the generic-proxy stores visible to
         the tensor cores' async proxy; each warp's 16 rows of P are the A rows of
         its own share of the wgmma, so no warpgroup barrier is needed (FA3's
-        write_P_to_smem: fence, then __syncwarp). Returns a token that stands in
-        for P in the register path's wait deps."""
+        write_P_to_smem: fence, then __syncwarp). Returns 0, which stands in for
+        the register operand that the register path carries as p_op."""
         p_buf.store(p.to(dtype))
         fence_async_shared()
         return 0

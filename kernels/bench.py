@@ -15,7 +15,8 @@ with pingpong), and fa3_gluon's launch chosen with +persistent / +grid (one CTA 
 looping over tiles, or one per tile), +lpt / +headorder (causal tile order) and
 +balanced / +roundrobin (how persistent CTAs share the tiles), +psmem / +preg (P, the
 A operand of P V, through SMEM or in registers), +qreg / +qsmem (Q, the A operand of Q Kᵀ,
-in registers or read from SMEM each step).
+in registers or read from SMEM each step), +otma / +ostore (O out through SMEM and TMA
+stores, or stored from registers).
 Writes a CSV with provenance (atomically) and a PNG of TFLOP/s vs N.
 No simulator import: runs on a machine with only torch and triton.
 """
@@ -48,7 +49,8 @@ LAUNCH_FLAGS = {"persistent": ("persistent", True), "grid": ("persistent", False
                 "lpt": ("lpt", True), "headorder": ("lpt", False),
                 "balanced": ("balanced", True), "roundrobin": ("balanced", False),
                 "psmem": ("p_smem", True), "preg": ("p_smem", False),
-                "qreg": ("q_regs", True), "qsmem": ("q_regs", False)}
+                "qreg": ("q_regs", True), "qsmem": ("q_regs", False),
+                "otma": ("o_tma", True), "ostore": ("o_tma", False)}
 
 
 def parse_kernel(spec):

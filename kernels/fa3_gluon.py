@@ -217,13 +217,14 @@ if HAVE_GLUON:
         return acc, p_op
 
     @gluon.jit
-    def _fa3g_consumer(q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                       v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off, n_m, n_tiles,
-                       sched, sched_stride, C: gl.constexpr, H: gl.constexpr, GROUP: gl.constexpr,
-                       HEAD_DIM: gl.constexpr, ROWS: gl.constexpr, NC: gl.constexpr,
-                       BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       PINGPONG: gl.constexpr, P_SMEM: gl.constexpr, Q_REGS: gl.constexpr,
-                       LPT: gl.constexpr, SCHEDULED: gl.constexpr):
+    def _fa3g_consumer(q_smem, k_smem, v_smem, p_smem, o_smem, o_desc, q_ready, q_empty, k_ready,
+                       k_empty, v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
+                       n_m, n_tiles, sched, sched_stride, C: gl.constexpr, H: gl.constexpr,
+                       GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, ROWS: gl.constexpr,
+                       NC: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                       CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, P_SMEM: gl.constexpr,
+                       Q_REGS: gl.constexpr, O_TMA: gl.constexpr, LPT: gl.constexpr,
+                       SCHEDULED: gl.constexpr):
         # wgmma accumulator layouts of one warpgroup (4 warps along M): S is
         # ROWS x BLOCK_N, O is ROWS x HEAD_DIM; P feeds the second wgmma from
         # registers (A operand), so it takes the dot-operand layout of O's MMA,
@@ -346,23 +347,37 @@ if HAVE_GLUON:
             tc += 1
 
             # ---- epilogue: O = acc / l (input dtype), LSE = (m + log2 l) ln 2
-            o = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
-            offs_mo = row_first + gl.arange(0, ROWS, layout=row_o)
-            offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-            rows = gl.expand_dims(offs_mo, 1)
-            o_base = bh.to(gl.int64) * n_q * HEAD_DIM
-            ptrs = O + o_base + rows * HEAD_DIM + gl.expand_dims(offs_d, 0)
-            gl.store(ptrs, o.to(dtype), mask=(rows < n_q) & (gl.expand_dims(offs_d, 0) < HEAD_DIM))
+            o = (acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)).to(dtype)
+            if O_TMA and row_first + ROWS <= n_q:
+                # a whole 64-row slice inside the head: one TMA store from SMEM
+                # (rows past Nq would belong to the next head, so partial slices
+                # take the masked stores); the slice's buffer is free once the
+                # store of this consumer's previous tile has read it
+                o_buf = o_smem.index(C)
+                tma.store_wait(0)
+                o_buf.store(o)
+                fence_async_shared()
+                tma.async_copy_shared_to_global(o_desc, [bh * n_q + row_first, 0], o_buf)
+            else:
+                offs_mo = row_first + gl.arange(0, ROWS, layout=row_o)
+                offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+                rows = gl.expand_dims(offs_mo, 1)
+                o_base = bh.to(gl.int64) * n_q * HEAD_DIM
+                ptrs = O + o_base + rows * HEAD_DIM + gl.expand_dims(offs_d, 0)
+                gl.store(ptrs, o, mask=(rows < n_q) & (gl.expand_dims(offs_d, 0) < HEAD_DIM))
             lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
             gl.store(LSE + bh.to(gl.int64) * n_q + offs_m, lse, mask=offs_m < n_q)
+        if O_TMA:  # the last tile's O store must land before the CTA exits
+            tma.store_wait(0)
 
     @gluon.jit
-    def _fa3g_fwd(q_desc, k_desc, v_desc, O, LSE, qk_scale, n_q, n_kv, causal_off, n_tiles, sched,
+    def _fa3g_fwd(q_desc, k_desc, v_desc, o_desc, O, LSE, qk_scale, n_q, n_kv, causal_off, n_tiles,
+                  sched,
                   sched_stride, H: gl.constexpr, GROUP: gl.constexpr, HEAD_DIM: gl.constexpr,
                   ROWS: gl.constexpr, NC: gl.constexpr, BLOCK_N: gl.constexpr,
                   STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                   P_SMEM: gl.constexpr, P_LAYOUT: gl.constexpr, Q_REGS: gl.constexpr,
-                  LPT: gl.constexpr,
+                  O_TMA: gl.constexpr, LPT: gl.constexpr,
                   SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                   PRODUCER_REGS: gl.constexpr):
         # 1-D grid over tiles t = (b*H + h) * n_m + m; a CTA takes tiles
@@ -376,6 +391,10 @@ if HAVE_GLUON:
             p_smem = gl.allocate_shared_memory(dtype, [NC, ROWS, BLOCK_N], P_LAYOUT)
         else:
             p_smem = q_smem  # unused: P stays in registers
+        if O_TMA:
+            o_smem = gl.allocate_shared_memory(dtype, [NC, ROWS, HEAD_DIM], o_desc.layout)
+        else:
+            o_smem = q_smem  # unused: O goes out with plain stores
         q_ready = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
         turn = gl.allocate_shared_memory(gl.int64, [NC, 1], mbarrier.MBarrierLayout())
@@ -398,16 +417,18 @@ if HAVE_GLUON:
         # as literal (function, arguments) pairs, hence the two spelled-out lists.)
         if NC == 2:
             gl.warp_specialize([
-                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
-                                  v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
+                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, o_smem, o_desc, q_ready, q_empty,
+                                  k_ready, k_empty, v_ready, v_empty, turn, O, LSE, qk_scale, n_q,
+                                  n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 0, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
-                                  SCHEDULED)),
-                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
-                                  v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, O_TMA,
+                                  LPT, SCHEDULED)),
+                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, o_smem, o_desc, q_ready, q_empty,
+                                  k_ready, k_empty, v_ready, v_empty, turn, O, LSE, qk_scale, n_q,
+                                  n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 1, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
-                                  SCHEDULED)),
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, O_TMA,
+                                  LPT, SCHEDULED)),
                 (_fa3g_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                                   k_ready, k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m,
                                   n_tiles, sched, sched_stride, H, GROUP, ROWS, NC, BLOCK_N, STAGES,
@@ -415,21 +436,24 @@ if HAVE_GLUON:
             ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
         else:
             gl.warp_specialize([
-                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
-                                  v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
+                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, o_smem, o_desc, q_ready, q_empty,
+                                  k_ready, k_empty, v_ready, v_empty, turn, O, LSE, qk_scale, n_q,
+                                  n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 0, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
-                                  SCHEDULED)),
-                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
-                                  v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, O_TMA,
+                                  LPT, SCHEDULED)),
+                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, o_smem, o_desc, q_ready, q_empty,
+                                  k_ready, k_empty, v_ready, v_empty, turn, O, LSE, qk_scale, n_q,
+                                  n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 1, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
-                                  SCHEDULED)),
-                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, q_ready, q_empty, k_ready, k_empty,
-                                  v_ready, v_empty, turn, O, LSE, qk_scale, n_q, n_kv, causal_off,
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, O_TMA,
+                                  LPT, SCHEDULED)),
+                (_fa3g_consumer, (q_smem, k_smem, v_smem, p_smem, o_smem, o_desc, q_ready, q_empty,
+                                  k_ready, k_empty, v_ready, v_empty, turn, O, LSE, qk_scale, n_q,
+                                  n_kv, causal_off,
                                   n_m, n_tiles, sched, sched_stride, 2, H, GROUP, HEAD_DIM, ROWS, NC,
-                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, LPT,
-                                  SCHEDULED)),
+                                  BLOCK_N, STAGES, CAUSAL, PINGPONG, P_SMEM, Q_REGS, O_TMA,
+                                  LPT, SCHEDULED)),
                 (_fa3g_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
                                   k_ready, k_empty, v_ready, v_empty, n_q, n_kv, causal_off, n_m,
                                   n_tiles, sched, sched_stride, H, GROUP, ROWS, NC, BLOCK_N, STAGES,
@@ -555,7 +579,12 @@ def cfg_q_regs(cfg: TileConfig) -> bool:
     return False
 
 
-def _check(problem: AttentionProblem, cfg: TileConfig, p_smem: bool) -> None:
+def cfg_o_tma(cfg: TileConfig) -> bool:
+    """O through SMEM and TMA stores, or plain stores from registers."""
+    return False
+
+
+def _check(problem: AttentionProblem, cfg: TileConfig, p_smem: bool, o_tma: bool = False) -> None:
     if problem.head_dim not in (64, 128):
         raise InvalidProblem(f"fa3_gluon supports head_dim 64 and 128, got {problem.head_dim}")
     if cfg.consumer_warpgroups not in REGISTERS or \
@@ -570,9 +599,12 @@ def _check(problem: AttentionProblem, cfg: TileConfig, p_smem: bool) -> None:
     smem = fa3_schedule.smem_bytes(problem, cfg)
     if p_smem != p_in_smem(cfg):
         smem += (1 if p_smem else -1) * cfg.block_m * cfg.block_n * problem.elem_bytes
+    if o_tma:
+        smem += cfg.block_m * problem.head_dim * problem.elem_bytes
     if smem > 227 * 1024:
         raise InvalidConfig(f"fa3_gluon: Q + {cfg.num_stages}-stage K/V ring"
-                            f"{' + P' if p_smem else ''} need {smem} B of SMEM (> 227 KB); "
+                            f"{' + P' if p_smem else ''}{' + O' if o_tma else ''} need {smem} B "
+                            f"of SMEM (> 227 KB); "
                             f"reduce num_stages or block_n")
 
 
@@ -597,7 +629,7 @@ def _layout(block, torch_dtype):
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
             return_lse=False, pingpong=None, persistent=None, lpt=None, balanced=None,
-            p_smem=None, q_regs=None):
+            p_smem=None, q_regs=None, o_tma=None):
     """FA3 forward with explicit producer / consumer warp specialisation.
     Same contract as kernels.fa3.forward (q [B,H,Nq,D], k/v [B,KVH,Nkv,D];
     returns O, or (O, LSE) with return_lse). config: consumer_warpgroups 2
@@ -606,6 +638,8 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     producer). pingpong defaults to config.pingpong (default_config: False).
     p_smem: P through SMEM rather than registers (default: p_in_smem).
     q_regs: Q held in registers as the A operand of Q Kᵀ (default: cfg_q_regs).
+    o_tma: O written through an SMEM buffer per consumer with TMA stores
+    (default: cfg_o_tma), rather than stored from registers.
     persistent: one CTA per SM looping over the tiles (default: cfg_persistent,
     always), or one tile per CTA, which the hardware hands out as SMs free up
     (causal tiles differ in length; a static round-robin balances them worse
@@ -621,7 +655,8 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
         raise InvalidConfig(f"config must be an algorithms.problem.TileConfig, got {type(cfg).__name__}")
     p_smem = p_in_smem(cfg) if p_smem is None else bool(p_smem)
     q_regs = cfg_q_regs(cfg) if q_regs is None else bool(q_regs)
-    _check(problem, cfg, p_smem)
+    o_tma = cfg_o_tma(cfg) if o_tma is None else bool(o_tma)
+    _check(problem, cfg, p_smem, o_tma)
     pp = cfg.pingpong if pingpong is None else bool(pingpong)
     scale = resolve_scale(sm_scale, problem.head_dim)
     b, h, nq, d = q.shape
@@ -633,6 +668,9 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     kv_block = [cfg.block_n, d]
     k_desc = TensorDescriptor.from_tensor(k2, kv_block, _layout(kv_block, q.dtype))
     v_desc = TensorDescriptor.from_tensor(v2, kv_block, _layout(kv_block, q.dtype))
+    o_desc = (TensorDescriptor.from_tensor(o.view(b * h * nq, d), [ROWS_PER_CONSUMER, d],
+                                           _layout([ROWS_PER_CONSUMER, d], q.dtype))
+              if o_tma else q_desc)  # (unread without o_tma)
     n_tiles = cdiv(nq, cfg.block_m) * b * h
     persistent = cfg_persistent(problem) if persistent is None else bool(persistent)
     lpt = cfg_lpt(problem) if lpt is None else bool(lpt)
@@ -645,20 +683,20 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     sched = (_schedule_table(problem, cfg.block_m, cfg.block_n, grid[0], q.device) if balanced
              else lse)  # (unread)
     maxnreg, consumer_regs, producer_regs = REGISTERS[cfg.consumer_warpgroups]
-    launch(_fa3g_fwd[grid], q_desc, k_desc, v_desc, o, lse, scale * LOG2E, nq, nkv,
+    launch(_fa3g_fwd[grid], q_desc, k_desc, v_desc, o_desc, o, lse, scale * LOG2E, nq, nkv,
            problem.causal_offset, n_tiles, sched, sched.stride(0) if balanced else 0, H=h,
            GROUP=h // kvh, HEAD_DIM=d, ROWS=ROWS_PER_CONSUMER, NC=cfg.consumer_warpgroups,
            BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=problem.causal, PINGPONG=pp,
            P_SMEM=p_smem,
            P_LAYOUT=_layout([ROWS_PER_CONSUMER, cfg.block_n], q.dtype) if p_smem else None,
-           Q_REGS=q_regs, LPT=lpt,
+           Q_REGS=q_regs, O_TMA=o_tma, LPT=lpt,
            SCHEDULED=bool(balanced), CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
            num_warps=4, maxnreg=maxnreg)
     return (o, lse) if return_lse else o
 
 
 def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, pingpong=True,
-                  target=90, p_smem=None, q_regs=None) -> dict:
+                  target=90, p_smem=None, q_regs=None, o_tma=None) -> dict:
     """Cross-compile _fa3g_fwd for sm_90 without a GPU (bundled ptxas):
     {"smem_bytes", "n_regs", "stack_bytes", "warp_specialized", "ttgir", "ptx"}
     (stack_bytes: a thread's local-memory frame, where ptxas spills; None
@@ -671,7 +709,7 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
         # under TRITON_INTERPRET=1 the kernels' jit objects cannot be compiled:
         # compile in a clean child process instead
         return _compile_in_subprocess("kernels.fa3_gluon", problem, cfg, target, "compiled_info",
-                                      pingpong=pingpong, p_smem=p_smem, q_regs=q_regs)
+                                      pingpong=pingpong, p_smem=p_smem, q_regs=q_regs, o_tma=o_tma)
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -679,7 +717,8 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
 
     p_smem = p_in_smem(cfg) if p_smem is None else bool(p_smem)
     q_regs = cfg_q_regs(cfg) if q_regs is None else bool(q_regs)
-    _check(problem, cfg, p_smem)
+    o_tma = cfg_o_tma(cfg) if o_tma is None else bool(o_tma)
+    _check(problem, cfg, p_smem, o_tma)
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[problem.dtype]
     d = problem.head_dim
 
@@ -688,11 +727,11 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
 
     pdt = "*" + problem.dtype
     sig = {"q_desc": desc([ROWS_PER_CONSUMER, d]), "k_desc": desc([cfg.block_n, d]),
-           "v_desc": desc([cfg.block_n, d]), "O": pdt, "LSE": "*fp32", "qk_scale": "fp32",
+           "v_desc": desc([cfg.block_n, d]), "o_desc": desc([ROWS_PER_CONSUMER, d]), "O": pdt, "LSE": "*fp32", "qk_scale": "fp32",
            "n_q": "i32", "n_kv": "i32", "causal_off": "i32", "n_tiles": "i32", "sched": "*i32",
            "sched_stride": "i32",
            **{name: "constexpr" for name in ("H", "GROUP", "HEAD_DIM", "ROWS", "NC", "BLOCK_N",
-                                             "STAGES", "CAUSAL", "PINGPONG", "P_SMEM", "P_LAYOUT", "Q_REGS",
+                                             "STAGES", "CAUSAL", "PINGPONG", "P_SMEM", "P_LAYOUT", "Q_REGS", "O_TMA",
                                              "LPT", "SCHEDULED", "CONSUMER_REGS",
                                              "PRODUCER_REGS")}}
     maxnreg, consumer_regs, producer_regs = REGISTERS[cfg.consumer_warpgroups]
@@ -700,7 +739,7 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
               "ROWS": ROWS_PER_CONSUMER, "NC": cfg.consumer_warpgroups, "BLOCK_N": cfg.block_n,
               "STAGES": cfg.num_stages, "CAUSAL": problem.causal, "PINGPONG": bool(pingpong),
               "P_SMEM": p_smem, "P_LAYOUT": _layout([ROWS_PER_CONSUMER, cfg.block_n], tdt),
-              "Q_REGS": q_regs,
+              "Q_REGS": q_regs, "O_TMA": o_tma,
               "LPT": cfg_lpt(problem),
               "SCHEDULED": cfg_persistent(problem) and cfg_balanced(problem),
               "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs}

@@ -296,7 +296,9 @@ def test_fa3_gluon_matches_fp64(case, config):
 @pytest.mark.parametrize("launch", [dict(persistent=False, lpt=False), dict(persistent=False, lpt=True),
                                     dict(persistent=True, lpt=False, balanced=False),
                                     dict(persistent=True, lpt=True),
-                                    dict(persistent=True, lpt=False, balanced=True)], ids=str)
+                                    dict(persistent=True, lpt=False, balanced=True),
+                                    dict(persistent=True, balanced=True, o_tma=True),
+                                    dict(persistent=False, o_tma=True)], ids=str)
 @pytest.mark.parametrize("case", [(4, 16, 4, 1000, 1000, 128, True, torch.bfloat16),
                                   (3, 16, 2, 2000, 2000, 64, True, torch.float16),
                                   (2, 16, 2, 2000, 2000, 128, False, torch.bfloat16)], ids=str)
@@ -319,6 +321,8 @@ def test_fa3_gluon_persistent_and_grid(case, launch):
 @pytest.mark.skipif(not _gluon_hopper(), reason="fa3_gluon needs a Hopper GPU (sm_90) and Gluon")
 @pytest.mark.parametrize("variant", [("default", dict(p_smem=True)), ("c3", dict(p_smem=False)),
                                      ("default", dict(q_regs=True)), ("bn64", dict(q_regs=True)),
+                                     ("default", dict(o_tma=True)),
+                                     ("s3_nopingpong", dict(o_tma=True, q_regs=True)),
                                      ("c3", dict(pingpong=True)),
                                      ("c3", dict(persistent=False))], ids=str)
 @pytest.mark.parametrize("case", [(2, 8, 2, 1000, 1000, 128, True, torch.bfloat16),
@@ -327,7 +331,8 @@ def test_fa3_gluon_persistent_and_grid(case, launch):
 def test_fa3_gluon_p_placement_and_consumers(case, variant):
     """P through SMEM with two consumers and in registers with three (each
     config's other choice); Q held in registers (its buffer released at the
-    tile's start, so the next tile's Q lands during this one); three consumers taking turns (pingpong's turn
+    tile's start, so the next tile's Q lands during this one); O out through
+    SMEM and TMA stores (whole 64-row slices; partial ones masked); three consumers taking turns (pingpong's turn
     barrier passed round a ring of three) and one tile per CTA."""
     import functools
 

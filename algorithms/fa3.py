@@ -19,7 +19,8 @@ blocks fill the tail. Inside the CTA the warps specialise:
   P_{j-1}V_{j-1} together and computes softmax(j) while P_{j-1}V_{j-1} runs.
 - P, the A operand of P V, stays in registers with one or two consumers and
   goes through an SMEM buffer per consumer with three (p_in_smem), as in
-  kernels/fa3_gluon.py and FA3's 192-row tile.
+  kernels/fa3_gluon.py and FA3's 192-row tile; O leaves through SMEM and TMA
+  stores where its buffers fit (o_in_smem).
 Where kernels/fa3_gluon.py differs: its CTAs are persistent, one an SM looping
 over the tiles (causal ones from a host-made list schedule, heaviest last
 rounds first), so its producer loads the next tile's Q, K and V during the
@@ -63,16 +64,34 @@ def p_in_smem(cfg: TileConfig) -> bool:
     return cfg.consumer_warpgroups == 3
 
 
-def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
-    """Q tile, the K/V ring, P's buffers (p_in_smem) and the mbarriers (q,
-    full and empty per stage and consumer). The O epilogue is staged in Q's
-    buffer, dead by then."""
+# SMEM a block may opt into on every Hopper part (H100, H200: 227 KB,
+# cudaDevAttrMaxSharedMemoryPerBlockOptin; calibration_h100.csv's device rows)
+SMEM_PER_BLOCK_SM90 = 232448
+
+
+def _smem_without_o(problem: AttentionProblem, cfg: TileConfig) -> int:
     e, d = problem.elem_bytes, problem.head_dim
     q = cfg.block_m * d * e
     ring = cfg.num_stages * 2 * cfg.block_n * d * e
     p_buffers = cfg.block_m * cfg.block_n * e if p_in_smem(cfg) else 0
     barriers = (1 + 3 * cfg.num_stages) * cfg.consumer_warpgroups * MBARRIER_BYTES
     return q + ring + p_buffers + barriers
+
+
+def o_in_smem(problem: AttentionProblem, cfg: TileConfig) -> bool:
+    """O leaves through an SMEM buffer per consumer and TMA stores wherever
+    those buffers fit beside Q, the K/V ring and P (kernels/fa3_gluon.py's
+    o_tma default: 1-11% faster on the H100 than stores from registers,
+    kernels/NOTES.md); otherwise each thread stores its part of O."""
+    o_buffers = cfg.block_m * problem.head_dim * problem.elem_bytes
+    return _smem_without_o(problem, cfg) + o_buffers <= SMEM_PER_BLOCK_SM90
+
+
+def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
+    """Q tile, the K/V ring, P's buffers (p_in_smem), O's (o_in_smem) and the
+    mbarriers (q, full and empty per stage and consumer)."""
+    o_buffers = cfg.block_m * problem.head_dim * problem.elem_bytes if o_in_smem(problem, cfg) else 0
+    return _smem_without_o(problem, cfg) + o_buffers
 
 
 def check(problem: AttentionProblem, cfg: TileConfig, smem_limit: int) -> None:
@@ -98,6 +117,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     bm, bn, cw = cfg.block_m, cfg.block_n, cfg.consumer_warpgroups
     rows = rows_per_consumer(cfg)
     p_smem = p_in_smem(cfg)
+    o_smem = o_in_smem(p, cfg)
     n_qb = cdiv(p.seqlen_q, bm)
     bh = p.batch * p.heads
     consumers = range(cw)
@@ -193,9 +213,10 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                 body = [Loop("kv", trips, step, lambda j: block_is_masked(p, cfg, qb, j),
                              memory=no_accesses)]
             my_rows = max(0, min(rows, rows_q - w * rows))
+            stage_o = [SmemIO(rows * d * out_e)] if o_smem else []  # O into SMEM for its TMA store
             return Role(f"consumer{w}", WARPS_PER_WARPGROUP, (
                 Wait(f"q_full.{w}"), *body,
-                Alu(rows * d * ALU_EPILOGUE_PER_OUT),
+                Alu(rows * d * ALU_EPILOGUE_PER_OUT), *stage_o,
                 Store(Tile("O", b, h, qb, w), my_rows * d * out_e, TMA),
                 Store(Tile("LSE", b, h, qb, w), my_rows * ACC_BYTES)))
 

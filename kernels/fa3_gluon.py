@@ -62,7 +62,7 @@ import triton
 
 from algorithms import fa3 as fa3_schedule
 from algorithms.errors import InvalidConfig, InvalidProblem, UnsupportedAlgorithm
-from algorithms.fa3 import p_in_smem  # where P lives: the schedule's rule, one source
+from algorithms.fa3 import o_in_smem, p_in_smem  # where P and O go: the schedule's rules
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
 from .common import LOG2E, launch, problem_of, require_hopper, resolve_scale
@@ -575,13 +575,28 @@ def _sm_count(device) -> int:
 
 
 def cfg_q_regs(cfg: TileConfig) -> bool:
-    """Q in registers (RS wgmma for Q Kᵀ) or read from SMEM every step."""
-    return False
+    """Q in registers (RS wgmma for Q Kᵀ) or read from SMEM every step. On with
+    two consumers (kernels/NOTES.md, session 19: with o_tma, D=128 +2.7..+11%
+    non-causal over neither); three consumers' 160 registers cannot hold it."""
+    return cfg.consumer_warpgroups == 2
 
 
-def cfg_o_tma(cfg: TileConfig) -> bool:
-    """O through SMEM and TMA stores, or plain stores from registers."""
-    return False
+def cfg_o_tma(cfg: TileConfig, problem: AttentionProblem) -> bool:
+    """O through SMEM and TMA stores, or plain stores from registers: the
+    schedule's rule (algorithms.fa3.o_in_smem), TMA wherever the O buffers fit
+    (fa3_gluon_otma_h100.csv: +1..+11% at D=128, N=2048-16384, +1..+9% at D=64)."""
+    return o_in_smem(problem, cfg)
+
+
+def _smem_needed(problem: AttentionProblem, cfg: TileConfig, p_smem: bool, o_tma: bool) -> int:
+    """The schedule's count (algorithms/fa3.py), with P's and O's buffers as
+    this launch places them."""
+    smem = fa3_schedule.smem_bytes(problem, cfg)
+    if p_smem != p_in_smem(cfg):
+        smem += (1 if p_smem else -1) * cfg.block_m * cfg.block_n * problem.elem_bytes
+    if o_tma != o_in_smem(problem, cfg):
+        smem += (1 if o_tma else -1) * cfg.block_m * problem.head_dim * problem.elem_bytes
+    return smem
 
 
 def _check(problem: AttentionProblem, cfg: TileConfig, p_smem: bool, o_tma: bool = False) -> None:
@@ -595,13 +610,8 @@ def _check(problem: AttentionProblem, cfg: TileConfig, p_smem: bool, o_tma: bool
     if cfg.block_n not in (64, 128) or cfg.num_stages < 2:
         raise InvalidConfig(f"fa3_gluon needs block_n in (64, 128) and num_stages >= 2, got "
                             f"{cfg.block_n} and {cfg.num_stages}")
-    # the schedule's count (algorithms/fa3.py), with P's buffers as this launch places P
-    smem = fa3_schedule.smem_bytes(problem, cfg)
-    if p_smem != p_in_smem(cfg):
-        smem += (1 if p_smem else -1) * cfg.block_m * cfg.block_n * problem.elem_bytes
-    if o_tma:
-        smem += cfg.block_m * problem.head_dim * problem.elem_bytes
-    if smem > 227 * 1024:
+    smem = _smem_needed(problem, cfg, p_smem, o_tma)
+    if smem > fa3_schedule.SMEM_PER_BLOCK_SM90:
         raise InvalidConfig(f"fa3_gluon: Q + {cfg.num_stages}-stage K/V ring"
                             f"{' + P' if p_smem else ''}{' + O' if o_tma else ''} need {smem} B "
                             f"of SMEM (> 227 KB); "
@@ -655,7 +665,7 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
         raise InvalidConfig(f"config must be an algorithms.problem.TileConfig, got {type(cfg).__name__}")
     p_smem = p_in_smem(cfg) if p_smem is None else bool(p_smem)
     q_regs = cfg_q_regs(cfg) if q_regs is None else bool(q_regs)
-    o_tma = cfg_o_tma(cfg) if o_tma is None else bool(o_tma)
+    o_tma = cfg_o_tma(cfg, problem) if o_tma is None else bool(o_tma)
     _check(problem, cfg, p_smem, o_tma)
     pp = cfg.pingpong if pingpong is None else bool(pingpong)
     scale = resolve_scale(sm_scale, problem.head_dim)
@@ -717,7 +727,7 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
 
     p_smem = p_in_smem(cfg) if p_smem is None else bool(p_smem)
     q_regs = cfg_q_regs(cfg) if q_regs is None else bool(q_regs)
-    o_tma = cfg_o_tma(cfg) if o_tma is None else bool(o_tma)
+    o_tma = cfg_o_tma(cfg, problem) if o_tma is None else bool(o_tma)
     _check(problem, cfg, p_smem, o_tma)
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[problem.dtype]
     d = problem.head_dim

@@ -322,7 +322,8 @@ def test_fa3_gluon_persistent_and_grid(case, launch):
 @pytest.mark.parametrize("variant", [("default", dict(p_smem=True)), ("c3", dict(p_smem=False)),
                                      ("default", dict(q_regs=True)), ("bn64", dict(q_regs=True)),
                                      ("default", dict(o_tma=True)),
-                                     ("s3_nopingpong", dict(o_tma=True, q_regs=True)),
+                                     ("bn64", dict(o_tma=True, q_regs=True)),
+                                     ("default", dict(o_tma=False, q_regs=False)),
                                      ("c3", dict(pingpong=True)),
                                      ("c3", dict(persistent=False))], ids=str)
 @pytest.mark.parametrize("case", [(2, 8, 2, 1000, 1000, 128, True, torch.bfloat16),

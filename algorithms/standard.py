@@ -203,17 +203,22 @@ def _softmax_launch(p: AttentionProblem) -> Launch:
         last = min(p.seqlen_q, (r // band + 1) * band) - 1
         return min(n, max(0, last + p.causal_offset + 1))
 
+    # visible(r) of every row, once: it is each CTA's cost class, which the
+    # engine asks for every CTA it batches (262k CTAs at B1 H16 N16k)
+    visible_of = [visible(r) for r in range(p.seqlen_q)]
+    exp = Exp(n, alu_flops=alu)     # every lane, masked or not (one op for every CTA)
+
     def program(cta: int) -> CtaProgram:
         r, pair = cta % p.seqlen_q, cta // p.seqlen_q
         b, h = divmod(pair, p.heads)
-        items = (plain_load(Tile("S", b, h, r, -1), visible(r) * e),  # col -1: a whole row
-                 Exp(n, alu_flops=alu),                                 # every lane, masked or not
+        items = (plain_load(Tile("S", b, h, r, -1), visible_of[r] * e),  # col -1: a whole row
+                 exp,
                  Store(Tile("P", b, h, r, -1), n * e))                  # zeros right of the mask too
         return CtaProgram((Role("warps", warps, items),))
 
     regs = registers_per_thread(threads, fp32_values=1 << (n - 1).bit_length())
     return Launch("softmax", p.seqlen_q * bh, threads, warps * REDUCTION_BYTES_PER_WARP, regs,
-                  program, **head_layout(p.seqlen_q, bh, key=visible))
+                  program, **head_layout(p.seqlen_q, bh, key=visible_of.__getitem__))
 
 
 def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:

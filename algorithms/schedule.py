@@ -100,6 +100,7 @@ def attention_tensors(problem: AttentionProblem, out_elem_bytes: int | None = No
 # (ops are immutable; a frozen dataclass is slow to build, and a pipelined
 # loop's every step built one)
 _wait = lru_cache(maxsize=1024)(Wait)
+_COPIES = object()      # (a key of pipelined_loop's in a `share` cache)
 
 
 def pipelined_loop(
@@ -167,9 +168,17 @@ def pipelined_loop(
     signal = (barrier,)
     issued: dict[int, int] = {}     # iteration -> its loads, counted when issued
 
+    # Where loops share a stream of tiles (share), the copies of a step are
+    # built once for all of them: iteration -> its copies (a list no one changes)
+    copies = None if share is None else share[0].setdefault((_COPIES, name, stages, share[1], barrier, engine), {})
+
     def issue(i: int) -> list[Op]:
-        # [Load(ld.tile, ld.nbytes, engine, signal) ...], without Load's Python-level __new__
-        loads = [tuple_new(Load, (ld[0], ld[1], engine, signal, 0.0)) for ld in loads_of(i)]
+        loads = None if copies is None else copies.get(i)
+        if loads is None:
+            # [Load(ld.tile, ld.nbytes, engine, signal) ...], without Load's Python-level __new__
+            loads = [tuple_new(Load, (ld[0], ld[1], engine, signal, 0.0)) for ld in loads_of(i)]
+            if copies is not None:
+                copies[i] = loads
         issued[i] = len(loads)
         return loads
 

@@ -262,3 +262,30 @@ def test_shared_loop_accesses_are_the_loops_own(p, cfg, warps, algo):
                     seen.setdefault(id(shared), set()).add(cta)
     if not p.causal and p.seqlen_q > 2 * cfg.block_m and seen:
         assert max(len(ctas) for ctas in seen.values()) > 1
+
+
+@settings(max_examples=20, deadline=None)
+@given(problems(causal=False))
+def test_fa3_routes_p_and_o_through_smem_as_the_kernel_does(p):
+    """Three consumers (192 rows) write P into SMEM every K/V step; O is
+    staged in SMEM once per consumer and tile where its buffers fit. Each
+    shows as warp SMEM traffic of exactly those bytes."""
+    from algorithms import fa3
+
+    e, d = p.elem_bytes, p.head_dim
+    bn = 128 if d <= 64 else 64
+    tiles = cdiv(p.seqlen_q, 192) * p.batch * p.heads
+    steps = tiles * cdiv(p.seqlen_kv, bn)  # every consumer of every tile, one P a step
+    cfg = TileConfig(block_m=192, block_n=bn, num_warps=16, num_stages=2, mma="wgmma",
+                     consumer_warpgroups=3)
+    assert fa3.p_in_smem(cfg)
+    got = count(algorithms.build("fa3", p, cfg))
+    p_bytes = 3 * steps * 64 * bn * e
+    o_bytes = 3 * tiles * 64 * d * p.out_elem_bytes if fa3.o_in_smem(p, cfg) else 0
+    assert got.smem_io_bytes == p_bytes + o_bytes
+    two = algorithms.default_config("fa3", p)
+    assert not fa3.p_in_smem(two)
+    got2 = count(algorithms.build("fa3", p, two))
+    tiles2 = cdiv(p.seqlen_q, two.block_m) * p.batch * p.heads
+    assert got2.smem_io_bytes == (2 * tiles2 * 64 * d * p.out_elem_bytes
+                                  if fa3.o_in_smem(p, two) else 0)

@@ -85,6 +85,9 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     rows_of = [min(bm, p.seqlen_q - i * bm) for i in range(n_qb)]
     last_of = [last_kv_block(p, bm, bn, i) for i in range(n_qb)]
     finishing_at = Counter(last_of)
+    finishing_blocks: dict[int, list[int]] = {}     # K/V block -> the Q blocks that see it last, in order
+    for i, last in enumerate(last_of):
+        finishing_blocks.setdefault(last, []).append(i)
 
     def program(cta: int) -> CtaProgram:
         b, h = divmod(cta, p.heads)
@@ -165,15 +168,38 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
             return min(bn, p.seqlen_kv - j * bn), i0, j > 0, finishing_at[j], \
                 (j + 1) * bn > p.seqlen_kv
 
+        # From K/V block 1 on, Q block i's accesses are reads[i] and its
+        # running writes but at its last K/V block: all Q blocks' of those,
+        # one after the other, are cut from one sequence (at[i]: where block
+        # i's start), built once per CTA
+        steady = [op for i in range(n_qb) for op in (*reads[i], *running[i])]
+        at = [0]
+        for i in range(n_qb):
+            at.append(at[-1] + len(reads[i]) + len(running[i]))
+
         def outer_memory(j: int):
             # a whole K/V block's accesses, for skips of the outer loop: its
             # inner loop's step_memory for every step, built without the loop
             # (FA1 N16k replays 7 million accesses)
             ops = kv_loads(j)
-            for i in range(first_q_block(p, bm, bn, j), n_qb):
-                loads, stores = accesses(j, i)
-                ops += loads
-                ops += stores
+            i0 = first_q_block(p, bm, bn, j)
+            if j == 0:
+                for i in range(i0, n_qb):
+                    loads, stores = accesses(j, i)
+                    ops += loads
+                    ops += stores
+                return ops
+            # (the loop above, with the Q blocks between two that finish at j
+            # taken from `steady` in one slice)
+            start = i0
+            for i in finishing_blocks.get(j, ()):
+                if i < i0:
+                    continue
+                ops += steady[at[start]:at[i]]
+                ops += reads[i]
+                ops += final[i]
+                start = i + 1
+            ops += steady[at[start]:]
             return ops
 
         return CtaProgram((Role("warps", w, (Loop("kv", n_kb, inner, outer_key, memory=outer_memory),)),))

@@ -71,6 +71,25 @@ def paper_block_sizes(sram_bytes: int, head_dim: int, elem_bytes: int) -> tuple[
     return min(block_c, head_dim), block_c
 
 
+class _Blocks:
+    """Loop.accesses of the inner loop at K/V block j (its steps k are Q
+    blocks first + k): window(first, count), steps first .. first + count - 1's
+    step_memory chained, cut from the CTA's sequences (blocks_memory) rather
+    than built step by step when the engine replays skipped steps."""
+
+    __slots__ = ("blocks_memory", "j", "first", "trips")
+
+    def __init__(self, blocks_memory, j: int, first: int, trips: int):
+        self.blocks_memory, self.j, self.first, self.trips = blocks_memory, j, first, trips
+
+    def __call__(self) -> list:
+        return self.window(0, self.trips)
+
+    def window(self, first: int, count: int) -> list:
+        lo = self.first + first
+        return self.blocks_memory(self.j, lo, lo + count)
+
+
 def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     p, e, d = problem, problem.elem_bytes, problem.head_dim
     bm, bn, w = cfg.block_m, cfg.block_n, cfg.num_warps
@@ -157,7 +176,8 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                 return [*loads, *stores]
 
             return [*kv_loads(j), SyncThreads(),
-                    Loop("q", n_qb - i0, step, step_key, memory=step_memory)]
+                    Loop("q", n_qb - i0, step, step_key, memory=step_memory,
+                         accesses=_Blocks(blocks_memory, j, i0, n_qb - i0))]
 
         def outer_key(j: int):
             # Outer iterations cost the same when their inner loops do: same
@@ -177,30 +197,33 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
         for i in range(n_qb):
             at.append(at[-1] + len(reads[i]) + len(running[i]))
 
-        def outer_memory(j: int):
-            # a whole K/V block's accesses, for skips of the outer loop: its
-            # inner loop's step_memory for every step, built without the loop
-            # (FA1 N16k replays 7 million accesses)
-            ops = kv_loads(j)
-            i0 = first_q_block(p, bm, bn, j)
+        def blocks_memory(j: int, lo: int, hi: int) -> list:
+            """Q blocks lo .. hi - 1's accesses at K/V block j (step_memory
+            chained), the blocks between two that finish at j in one slice
+            of `steady`."""
+            ops: list = []
             if j == 0:
-                for i in range(i0, n_qb):
+                for i in range(lo, hi):
                     loads, stores = accesses(j, i)
                     ops += loads
                     ops += stores
                 return ops
-            # (the loop above, with the Q blocks between two that finish at j
-            # taken from `steady` in one slice)
-            start = i0
+            start = lo
             for i in finishing_blocks.get(j, ()):
-                if i < i0:
+                if i < lo or i >= hi:
                     continue
                 ops += steady[at[start]:at[i]]
                 ops += reads[i]
                 ops += final[i]
                 start = i + 1
-            ops += steady[at[start]:]
+            ops += steady[at[start]:at[hi]]
             return ops
+
+        def outer_memory(j: int):
+            # a whole K/V block's accesses, for skips of the outer loop: its
+            # inner loop's step_memory for every step, built without the loop
+            # (FA1 N16k replays 7 million accesses)
+            return kv_loads(j) + blocks_memory(j, first_q_block(p, bm, bn, j), n_qb)
 
         return CtaProgram((Role("warps", w, (Loop("kv", n_kb, inner, outer_key, memory=outer_memory),)),))
 

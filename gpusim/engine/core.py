@@ -264,10 +264,11 @@ class _Role:
 
 
 class _Cta:
-    __slots__ = ("sm", "barriers", "last_store", "roles", "env", "stores", "all_stored", "together")
+    __slots__ = ("sm", "barriers", "last_store", "roles", "env", "stores", "all_stored", "together", "arrivals")
 
     def __init__(self, sm, barriers, env):
         self.sm = sm
+        self.arrivals: dict = {}    # (signal, engine) -> a load's then(t) (Engine._load)
         self.together = None        # a _Together for multi-role CTAs (set by _run_cta)
         self.barriers = barriers
         self.last_store = 0.0
@@ -528,44 +529,17 @@ class Engine:
         event = None
         if engine == LD:
             event = simpy.Event(env)
-            early = op.slack / self.clock   # the warp's own work meanwhile
-
-            def arrived(t):
-                env.trigger_at(event, t - early)
+            arrived = self._ld_arrival(event, op.slack / self.clock)    # the warp's own work meanwhile
         elif op.signal:
-            extra = self.tma_extra if engine == TMA else 0.0
-            if len(op.signal) == 1:     # (the usual case: no list of barriers to build)
-                signal = cta.barriers[op.signal[0]].arrive_one
-            else:
-                barriers = [cta.barriers[name] for name in op.signal]
-
-                def signal(_event, bs=barriers):
-                    for b in bs:
-                        b.arrive(1)
-            queue, eid = env._queue, env._eid
-
-            def arrived(t):
-                # env.call_at(t + extra, signal), inlined
-                t = t + extra
-                now = env._now
-                delay = t - now if t > now else 0.0
-                arrival = Timeout.__new__(Timeout)
-                arrival.env = env
-                arrival.callbacks = [signal]
-                arrival._value = None
-                arrival._delay = delay
-                arrival._ok = True
-                heappush(queue, (now + delay, NORMAL, next(eid), arrival))
+            # one callback per CTA, barriers and engine (built per load, its
+            # closure's cells were a fifth of a load's cost)
+            arrived = cta.arrivals.get((op.signal, engine))
+            if arrived is None:
+                arrived = cta.arrivals[op.signal, engine] = self._signal_arrival(cta, op.signal, engine)
         else:
-            def arrived(t):
-                pass
+            arrived = _ignore
         if self.tracer is not None:
-            extra = self.tma_extra if engine == TMA else 0.0
-            deliver, tracer, sm_index, tensor = arrived, self.tracer, cta.sm.index, op.tile.tensor
-
-            def arrived(t):
-                tracer.slice(sm_index, f"load {engine}", tensor, now, t + extra)
-                deliver(t)
+            arrived = self._traced_arrival(arrived, cta, op, now)
         sm = cta.sm
         hit = mem.load(now, sm.port, op.tile, nbytes, arrived)
         c = role.c
@@ -586,6 +560,52 @@ class Engine:
             else:
                 self._unit(sm.smem, SMEM, work, role, cta, "smem fill")
         return event
+
+    def _ld_arrival(self, event, early: float):
+        """then(t) of a plain load: the warp waits for the bytes, less its own work meanwhile."""
+        env = self.env
+
+        def arrived(t):
+            env.trigger_at(event, t - early)
+        return arrived
+
+    def _signal_arrival(self, cta: _Cta, signal, engine: str):
+        """then(t) of a cp.async/TMA load signalling the CTA's barriers `signal`
+        (TMA adds its extra latency)."""
+        env = self.env
+        extra = self.tma_extra if engine == TMA else 0.0
+        if len(signal) == 1:     # (the usual case: no list of barriers to build)
+            arrive = cta.barriers[signal[0]].arrive_one
+        else:
+            barriers = [cta.barriers[name] for name in signal]
+
+            def arrive(_event, bs=barriers):
+                for b in bs:
+                    b.arrive(1)
+        queue, eid = env._queue, env._eid
+
+        def arrived(t):
+            # env.call_at(t + extra, arrive), inlined
+            t = t + extra
+            now = env._now
+            delay = t - now if t > now else 0.0
+            arrival = Timeout.__new__(Timeout)
+            arrival.env = env
+            arrival.callbacks = [arrive]
+            arrival._value = None
+            arrival._delay = delay
+            arrival._ok = True
+            heappush(queue, (now + delay, NORMAL, next(eid), arrival))
+        return arrived
+
+    def _traced_arrival(self, deliver, cta: _Cta, op: Load, now: float):
+        extra = self.tma_extra if op.engine == TMA else 0.0
+        tracer, sm_index, tensor, engine = self.tracer, cta.sm.index, op.tile.tensor, op.engine
+
+        def arrived(t):
+            tracer.slice(sm_index, f"load {engine}", tensor, now, t + extra)
+            deliver(t)
+        return arrived
 
     def _store(self, op: Store, role, cta):
         """A store leaves the SM once its warps have issued it, at their own
@@ -1519,6 +1539,10 @@ class _Skip:
             return at or 0
         lo, hi, start = at
         return lo + int(min(hi - lo, (now - start) / self.period)) if self.period > 0.0 else hi
+
+
+def _ignore(t) -> None:
+    """then(t) of a load nobody waits for."""
 
 
 def _accesses(items):

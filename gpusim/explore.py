@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 import algorithms
 from algorithms.errors import DoesNotFit, GpusimError
-from algorithms.problem import AttentionProblem, TileConfig
+from algorithms.problem import THREE_CONSUMER_BLOCK_M, AttentionProblem, TileConfig
 
 BLOCK_M = (16, 32, 64, 128, 256)
 BLOCK_N = (16, 32, 64, 128, 256)
@@ -96,6 +96,10 @@ def sweep_config(algo: str, problem: AttentionProblem, gpu, block_m: int, block_
     changes = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
     if algo == "fa3" and num_warps % 4 == 0 and 2 <= num_warps // 4 <= 4:
         changes["consumer_warpgroups"] = num_warps // 4 - 1
+    if algo == "fa3" and block_m == THREE_CONSUMER_BLOCK_M:
+        # FA3's 192-row tile is three consumers' whatever the warps knob says;
+        # other warp counts then come out infeasible, with fa3's reason
+        changes["consumer_warpgroups"] = 3
     return base.with_(**changes)
 
 

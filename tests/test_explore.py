@@ -43,6 +43,20 @@ def test_infeasible_config_row_names_required_and_limit():
                                                           progress=False), 10))
 
 
+def test_fa3_sweep_takes_the_192_row_tile_with_three_consumers():
+    """A fa3 grid over block_m 128/192 and 12/16 warps: the 192-row tile is three
+    consumers', so with 12 warps it is infeasible (one line, fa3's reason), not
+    a refused sweep; with 16 it is feasible, as 128 rows are with 12."""
+    p = AttentionProblem(batch=1, heads=16, seqlen_q=4096, head_dim=128)
+    rows = run_tasks(sweep_tasks("fa3", p, "h100", block_ms=(128, 192), block_ns=(128,),
+                                 warps=(12, 16), stages=(2,), simulate=False),
+                     executor="serial", progress=False)
+    feasible = {(r["block_m"], r["num_warps"]): r["feasible"] for r in rows}
+    assert feasible == {(128, 12): True, (128, 16): False, (192, 12): False, (192, 16): True}
+    reason = [r["reason"] for r in rows if (r["block_m"], r["num_warps"]) == (192, 12)][0]
+    assert reason.startswith("fa3 with 3 consumer warpgroups needs num_warps=16")
+
+
 def test_dask_executor_against_a_local_cluster(tmp_path, capsys):
     distributed = pytest.importorskip("distributed")
     tasks = _tasks()

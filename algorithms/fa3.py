@@ -141,6 +141,13 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     kv_loads: dict = {}
     kv_loops: dict = {}     # (batch, K/V head, trips) -> a producer loop's loads, shared (Loop.accesses)
 
+    # a consumer's softmax ops per step, unmasked and masked (one op each for every step alike)
+    scores = rows * bn
+    softmax_ops = {masked: (Exp(scores + rows, alu_flops=scores * ALU_PER_SCORE + rows * d * ALU_PER_ACC
+                                + (scores * ALU_PER_MASKED_SCORE if masked else 0)),
+                            StepLatency())
+                   for masked in (False, True)}
+
     def program(cta: int) -> CtaProgram:
         qb, b, h, kvh, rows_q, trips = locate_q_block(p, cfg, launch_order(cta))
 
@@ -179,12 +186,8 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
             # retired, and the wgmma reads it back as its A operand
             write_p = [SmemIO(rows * bn * e)] if p_smem else []
 
-            def softmax(j: int) -> list[Item]:
-                scores = rows * bn
-                alu = scores * ALU_PER_SCORE + rows * d * ALU_PER_ACC
-                if block_is_masked(p, cfg, qb, j):
-                    alu += scores * ALU_PER_MASKED_SCORE
-                return [Exp(scores + rows, alu_flops=alu), StepLatency()]
+            def softmax(j: int) -> tuple[Item, ...]:
+                return softmax_ops[block_is_masked(p, cfg, qb, j)]
 
             # K's slot is released as soon as S = Q Kᵀ is done, V's once P V is:
             # separate rings, as in the FA3 paper's code and kernels/fa3_gluon.py
@@ -192,12 +195,15 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
             # 2 stages the next K load waited out a whole step: the D=128
             # default came out 36% slower than the Gluon kernel at N = 16k)
             release_k, release_v = Arrive(f"k_empty.{w}"), Arrive(f"v_empty.{w}")
+            # a step's ops, built once (ops are immutable; every step built them anew)
+            k_ready, v_ready = Wait(f"k_full.{w}"), Wait(f"v_full.{w}")
+            wait_one, wait_all = MmaWait(pending=1), MmaWait()
             if cfg.intra_wg_overlap:
                 def step(k: int) -> list[Item]:
                     j = k + 1  # QKᵀ_j with P_{j-1}V_{j-1}; softmax(j) under the PV GEMM
-                    return [Wait(f"k_full.{w}"), *take_turn, qk,
-                            Wait(f"v_full.{w}"), pv, *give_turn,
-                            MmaWait(pending=1), release_k, *softmax(j), MmaWait(), release_v,
+                    return [k_ready, *take_turn, qk,
+                            v_ready, pv, *give_turn,
+                            wait_one, release_k, *softmax(j), wait_all, release_v,
                             *write_p]
                 body = [Wait(f"k_full.{w}"), *take_turn, qk, *give_turn, MmaWait(), release_k,
                         *softmax(0), *write_p,
@@ -206,9 +212,9 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                         Wait(f"v_full.{w}"), *take_turn, pv, *give_turn, MmaWait(), release_v]
             else:
                 def step(j: int) -> list[Item]:
-                    return [Wait(f"k_full.{w}"), *take_turn, qk, MmaWait(), *give_turn, release_k,
+                    return [k_ready, *take_turn, qk, wait_all, *give_turn, release_k,
                             *softmax(j), *write_p,
-                            Wait(f"v_full.{w}"), *take_turn, pv, MmaWait(), *give_turn,
+                            v_ready, *take_turn, pv, wait_all, *give_turn,
                             release_v]
                 body = [Loop("kv", trips, step, lambda j: block_is_masked(p, cfg, qb, j),
                              memory=no_accesses)]

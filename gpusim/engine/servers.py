@@ -214,32 +214,18 @@ class SharedServer:
         self._wake()
 
     # ------------------------------------------------------------ internal
-    def _rates(self) -> tuple[float, float]:
-        """(service rate of each real request, backlog growth rate) now."""
-        n, load = len(self._jobs), self._bg_load
-        streams = self._bg_streams or (1 if self._backlog > 0.0 else 0)
-        if n == 0:
-            return 0.0, load - 1.0 if (self._backlog > 0.0 or load > 1.0) else 0.0
-        fair = streams / (streams + n)          # the background's max-min share
-        if self._backlog > 0.0 or load > fair:
-            return (1.0 - fair) / n, load - fair
-        return (1.0 - load) / n, 0.0
-
-    def _next_change(self, rate: float, growth: float) -> float:
-        """Time of the next departure, stream end or emptied backlog at these rates."""
-        t = self._bg[0][0] if self._bg else inf
-        if self._jobs and rate > 0.0:
-            t = min(t, self._t + max(0.0, self._jobs[0][0] - self._v) / rate)
-        if growth < 0.0 and self._backlog > 0.0:
-            t = min(t, self._t - self._backlog / growth)
-        return t
-
     def _advance(self, now: float) -> None:
         """Bring the state from self._t to `now`, letting requests leave on the way.
-        (_rates and _next_change inlined: the same arithmetic, in the same order.)"""
+        Each pass takes the rates now -- every real request gets (1 - fair) / n
+        of the server, fair = streams / (streams + n) being the background's
+        max-min share, or (1 - load) / n when the background asks less than
+        that and has no backlog; the backlog grows at load - fair -- and runs to
+        the next change at those rates: a departure, a stream's end or an
+        emptied backlog. (Written out inline, here and in _wake: this is the
+        engine's hottest code.)"""
         jobs, bg = self._jobs, self._bg
         while True:
-            # rate, growth = self._rates()
+            # the rates now
             n, load, backlog = len(jobs), self._bg_load, self._backlog
             if n == 0:
                 rate = 0.0
@@ -251,7 +237,7 @@ class SharedServer:
                     rate, growth = (1.0 - fair) / n, load - fair
                 else:
                     rate, growth = (1.0 - load) / n, 0.0
-            # t1 = self._next_change(rate, growth)
+            # the next change at those rates, at most `now`
             t = self._t
             t1 = bg[0][0] if bg else inf
             if n and rate > 0.0:
@@ -304,7 +290,7 @@ class SharedServer:
     def _wake(self) -> None:
         """Make sure the server wakes at its next departure (or at a rate
         change before it); a wake-up that finds nothing due just advances.
-        (_rates and _next_change inlined, as in _advance.)"""
+        (The rates and the next change as in _advance.)"""
         jobs = self._jobs
         if not jobs:
             return

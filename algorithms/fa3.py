@@ -69,11 +69,21 @@ def p_in_smem(cfg: TileConfig) -> bool:
 SMEM_PER_BLOCK_SM90 = 232448
 
 
+def p_buffer_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
+    """P's SMEM buffers, one rows x block_n tile a consumer."""
+    return cfg.block_m * cfg.block_n * problem.elem_bytes
+
+
+def o_buffer_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
+    """O's SMEM buffers, one rows x D tile a consumer."""
+    return cfg.block_m * problem.head_dim * problem.elem_bytes
+
+
 def _smem_without_o(problem: AttentionProblem, cfg: TileConfig) -> int:
     e, d = problem.elem_bytes, problem.head_dim
     q = cfg.block_m * d * e
     ring = cfg.num_stages * 2 * cfg.block_n * d * e
-    p_buffers = cfg.block_m * cfg.block_n * e if p_in_smem(cfg) else 0
+    p_buffers = p_buffer_bytes(problem, cfg) if p_in_smem(cfg) else 0
     barriers = (1 + 3 * cfg.num_stages) * cfg.consumer_warpgroups * MBARRIER_BYTES
     return q + ring + p_buffers + barriers
 
@@ -83,14 +93,13 @@ def o_in_smem(problem: AttentionProblem, cfg: TileConfig) -> bool:
     those buffers fit beside Q, the K/V ring and P (kernels/fa3_gluon.py's
     o_tma default: 1-11% faster on the H100 than stores from registers,
     kernels/NOTES.md); otherwise each thread stores its part of O."""
-    o_buffers = cfg.block_m * problem.head_dim * problem.elem_bytes
-    return _smem_without_o(problem, cfg) + o_buffers <= SMEM_PER_BLOCK_SM90
+    return _smem_without_o(problem, cfg) + o_buffer_bytes(problem, cfg) <= SMEM_PER_BLOCK_SM90
 
 
 def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
     """Q tile, the K/V ring, P's buffers (p_in_smem), O's (o_in_smem) and the
     mbarriers (q, full and empty per stage and consumer)."""
-    o_buffers = cfg.block_m * problem.head_dim * problem.elem_bytes if o_in_smem(problem, cfg) else 0
+    o_buffers = o_buffer_bytes(problem, cfg) if o_in_smem(problem, cfg) else 0
     return _smem_without_o(problem, cfg) + o_buffers
 
 

@@ -195,16 +195,31 @@ if HAVE_GLUON:
         return gl.where(keep, s, float("-inf"))
 
     @gluon.jit
-    def _fa3g_p_to_smem(p, p_buf, dtype: gl.constexpr):
-        """Write P (this warpgroup's ROWS x BLOCK_N) into its SMEM buffer for an
-        SS wgmma. fence_async_shared makes the generic-proxy stores visible to
-        the tensor cores' async proxy; each warp's 16 rows of P are the A rows of
-        its own share of the wgmma, so no warpgroup barrier is needed (FA3's
-        write_P_to_smem: fence, then __syncwarp). Returns 0, which stands in for
-        the register operand that the register path carries as p_op."""
-        p_buf.store(p.to(dtype))
-        fence_async_shared()
-        return 0
+    def _fa3g_p_operand(p, p_buf, p_layout: gl.constexpr, dtype: gl.constexpr,
+                        P_SMEM: gl.constexpr):
+        """P in the input dtype as the A operand of O += P V: in registers, in
+        the dot-operand layout (returned), or (P_SMEM) written into this
+        warpgroup's SMEM buffer for an SS wgmma, returning 0 in its place.
+        fence_async_shared makes the generic-proxy stores visible to the tensor
+        cores' async proxy; each warp's 16 rows of P are the A rows of its own
+        share of the wgmma, so no warpgroup barrier is needed (FA3's
+        write_P_to_smem: fence, then __syncwarp)."""
+        if P_SMEM:
+            p_buf.store(p.to(dtype))
+            fence_async_shared()
+            p_op = 0
+        else:
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+        return p_op
+
+    @gluon.jit
+    def _fa3g_issue_pv(p_op, p_buf, v, acc, P_SMEM: gl.constexpr):
+        """Issue O += P V (async), P from registers or from its SMEM buffer."""
+        if P_SMEM:
+            acc = warpgroup_mma(p_buf, v, acc, is_async=True)
+        else:
+            acc = warpgroup_mma(p_op, v, acc, is_async=True)
+        return acc
 
     @gluon.jit
     def _fa3g_wait_pv(acc, p_op, P_SMEM: gl.constexpr):
@@ -286,10 +301,7 @@ if HAVE_GLUON:
             m_i = gl.max(s, 1) * qk_scale
             p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
             l_i = gl.sum(p, 1)
-            if P_SMEM:
-                p_op = _fa3g_p_to_smem(p, p_buf, dtype)
-            else:
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
+            p_op = _fa3g_p_operand(p, p_buf, p_layout, dtype, P_SMEM)
 
             # ---- blocks 1 .. n_iter-1: issue S_j and P_{j-1} V_{j-1}; softmax(j) under the PV
             for j in range(1, n_iter):
@@ -302,10 +314,7 @@ if HAVE_GLUON:
                     mbarrier.wait(turn.index(C), turn_phase)
                 s = warpgroup_mma(q_op, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
-                if P_SMEM:
-                    acc = warpgroup_mma(p_buf, v_smem.index(prev), acc, is_async=True)
-                else:
-                    acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+                acc = _fa3g_issue_pv(p_op, p_buf, v_smem.index(prev), acc, P_SMEM)
                 if PINGPONG:
                     mbarrier.arrive(turn.index((C + 1) % NC), count=1)
                 turn_phase ^= 1
@@ -322,10 +331,8 @@ if HAVE_GLUON:
                 acc, p_op = _fa3g_wait_pv(acc, p_op, P_SMEM)
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-                if P_SMEM:  # P_{j-1}'s product has retired: its buffer takes P_j
-                    p_op = _fa3g_p_to_smem(p, p_buf, dtype)
-                else:
-                    p_op = gl.convert_layout(p.to(dtype), p_layout)
+                # (P_{j-1}'s product has retired: with P_SMEM its buffer takes P_j)
+                p_op = _fa3g_p_operand(p, p_buf, p_layout, dtype, P_SMEM)
             if not Q_REGS:  # every S GEMM of this tile has retired: the producer may load the next Q
                 mbarrier.arrive(q_empty.index(C), count=1)
 
@@ -334,10 +341,7 @@ if HAVE_GLUON:
             mbarrier.wait(v_ready.index(last), ((it + n_iter - 1) // STAGES) & 1)
             if PINGPONG:
                 mbarrier.wait(turn.index(C), turn_phase)
-            if P_SMEM:
-                acc = warpgroup_mma(p_buf, v_smem.index(last), acc, is_async=True)
-            else:
-                acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+            acc = _fa3g_issue_pv(p_op, p_buf, v_smem.index(last), acc, P_SMEM)
             if PINGPONG:
                 mbarrier.arrive(turn.index((C + 1) % NC), count=1)
             turn_phase ^= 1
@@ -593,13 +597,22 @@ def _smem_needed(problem: AttentionProblem, cfg: TileConfig, p_smem: bool, o_tma
     this launch places them."""
     smem = fa3_schedule.smem_bytes(problem, cfg)
     if p_smem != p_in_smem(cfg):
-        smem += (1 if p_smem else -1) * cfg.block_m * cfg.block_n * problem.elem_bytes
+        smem += (1 if p_smem else -1) * fa3_schedule.p_buffer_bytes(problem, cfg)
     if o_tma != o_in_smem(problem, cfg):
-        smem += (1 if o_tma else -1) * cfg.block_m * problem.head_dim * problem.elem_bytes
+        smem += (1 if o_tma else -1) * fa3_schedule.o_buffer_bytes(problem, cfg)
     return smem
 
 
-def _check(problem: AttentionProblem, cfg: TileConfig, p_smem: bool, o_tma: bool = False) -> None:
+def _placement(problem: AttentionProblem, cfg: TileConfig, p_smem, q_regs, o_tma) -> tuple:
+    """(p_smem, q_regs, o_tma), each the caller's or its default, after _check."""
+    p_smem = p_in_smem(cfg) if p_smem is None else bool(p_smem)
+    q_regs = cfg_q_regs(cfg) if q_regs is None else bool(q_regs)
+    o_tma = cfg_o_tma(cfg, problem) if o_tma is None else bool(o_tma)
+    _check(problem, cfg, p_smem, o_tma)
+    return p_smem, q_regs, o_tma
+
+
+def _check(problem: AttentionProblem, cfg: TileConfig, p_smem: bool, o_tma: bool) -> None:
     if problem.head_dim not in (64, 128):
         raise InvalidProblem(f"fa3_gluon supports head_dim 64 and 128, got {problem.head_dim}")
     if cfg.consumer_warpgroups not in REGISTERS or \
@@ -663,10 +676,7 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     cfg = config if config is not None else default_config(problem)
     if not isinstance(cfg, TileConfig):
         raise InvalidConfig(f"config must be an algorithms.problem.TileConfig, got {type(cfg).__name__}")
-    p_smem = p_in_smem(cfg) if p_smem is None else bool(p_smem)
-    q_regs = cfg_q_regs(cfg) if q_regs is None else bool(q_regs)
-    o_tma = cfg_o_tma(cfg, problem) if o_tma is None else bool(o_tma)
-    _check(problem, cfg, p_smem, o_tma)
+    p_smem, q_regs, o_tma = _placement(problem, cfg, p_smem, q_regs, o_tma)
     pp = cfg.pingpong if pingpong is None else bool(pingpong)
     scale = resolve_scale(sm_scale, problem.head_dim)
     b, h, nq, d = q.shape
@@ -725,10 +735,7 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
 
     from . import sass
 
-    p_smem = p_in_smem(cfg) if p_smem is None else bool(p_smem)
-    q_regs = cfg_q_regs(cfg) if q_regs is None else bool(q_regs)
-    o_tma = cfg_o_tma(cfg, problem) if o_tma is None else bool(o_tma)
-    _check(problem, cfg, p_smem, o_tma)
+    p_smem, q_regs, o_tma = _placement(problem, cfg, p_smem, q_regs, o_tma)
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[problem.dtype]
     d = problem.head_dim
 

@@ -1174,8 +1174,9 @@ def cmd_report(args) -> int:
                       "note": "upper bounds: the values the report reached, rounded up by 2% + 0.005; "
                               "spearman_min_neg is -(minimum Spearman)",
                       "bounds": {k: round(v + abs(v) * 0.02 + 0.005, 4) for k, v in gm.items()}}
-            with open(args.bounds, "w") as f:
+            with open(args.bounds + ".tmp", "w") as f:     # atomic: CI reads this file
                 json.dump(bounds, f, indent=1, sort_keys=True)
+            os.replace(args.bounds + ".tmp", args.bounds)
             log(f"[report] wrote {args.bounds}")
     notes = os.path.join(RESULTS, "validation_notes.md")
     if os.path.exists(notes):

@@ -345,6 +345,31 @@ def test_fa3_gluon_p_placement_and_consumers(case, variant):
     assert lse_err <= 1e-3, f"LSE error {lse_err:.3e}: {tag}"
 
 
+@pytest.mark.skipif(not _gluon_hopper(), reason="fa3_gluon needs a Hopper GPU (sm_90) and Gluon")
+def test_fa3_gluon_host_plans_follow_every_argument():
+    """forward plans its launch once per signature (_PLANS): the same tensors
+    called with other options, in turn, each get their own answer; a tensor
+    that fails the checks of a cached shape (not contiguous) is still refused."""
+    from algorithms.errors import InvalidProblem
+    from kernels import fa3_gluon
+
+    gen = torch.Generator().manual_seed(_seed())
+    q, k, v = make_inputs(2, 8, 1000, 128, kv_heads=2, dtype=torch.bfloat16, device=DEVICE, generator=gen)
+    calls = [dict(causal=False), dict(causal=True), dict(causal=True, sm_scale=0.05),
+             dict(causal=False, o_tma=False), dict(causal=False)]
+    for _ in range(2):
+        for kw in calls:
+            o = fa3_gluon.forward(q, k, v, **kw)
+            ref = testing.reference_fp64(q, k, v, causal=kw["causal"], sm_scale=kw.get("sm_scale"))
+            err_torch = testing.max_error(testing.torch_lowp(q, k, v, causal=kw["causal"],
+                                                             sm_scale=kw.get("sm_scale")), ref)
+            err = testing.max_error(o, ref)
+            assert err <= 2 * err_torch + EPS, f"{kw}: error {err:.3e} > 2 x torch {err_torch:.3e} + {EPS}"
+    assert len(fa3_gluon._PLANS) >= len(calls) - 1
+    with pytest.raises(InvalidProblem):
+        fa3_gluon.forward(q.transpose(1, 2).contiguous().transpose(1, 2), k, v)
+
+
 def test_fa3_gluon_refuses_without_hopper():
     """Importing kernels.fa3_gluon works anywhere; running it off Hopper raises
     UnsupportedAlgorithm instead of failing inside Triton."""

@@ -6,7 +6,9 @@ For each shape this times, per kernel:
 - `bench`: kernels.bench's measure (do_bench median, L2 flushed, two input sets), 9 times;
 - `launch`: each of 300 calls alone between CUDA events, L2 flushed before it: the
   kernel's time plus whatever of the host's call the GPU waits for (p10 / p50 / p90);
-- `host`: the CPU time of one call, without synchronising (the launch path);
+- `host`: the CPU time of one call, without synchronising (the launch path); for
+  fa3_gluon also `host_unplanned` (its host plan made afresh every call, as before
+  _PLANS), and `host_loop` / `host_loop_unplanned` (20 calls back to back, per call);
 - `graph`: do_bench of a CUDA graph holding one call (no host work in the loop).
 A call whose `host` time approaches the kernel's own (`graph`) is host-bound in `bench`.
 
@@ -83,6 +85,35 @@ def main(argv=None):
                         fn()
                         host.append((time.perf_counter() - t) * 1e3)
                     got["host"] = host
+                    if name == "fa3_gluon":
+                        # the same calls planned afresh each time (forward before _PLANS)
+                        from kernels import fa3_gluon
+                        keyed = fa3_gluon._plan_key
+                        fa3_gluon._plan_key = lambda *args: None
+                        try:
+                            unplanned = []
+                            for _ in range(50):
+                                torch.cuda.synchronize()
+                                t = time.perf_counter()
+                                fn()
+                                unplanned.append((time.perf_counter() - t) * 1e3)
+                        finally:
+                            fa3_gluon._plan_key = keyed
+                        got["host_unplanned"] = unplanned
+                        # back-to-back calls, no synchronisation: the host's rate when the GPU is busy
+                        for label, key_fn in (("host_loop", keyed), ("host_loop_unplanned", lambda *args: None)):
+                            fa3_gluon._plan_key = key_fn
+                            try:
+                                loop = []
+                                for _ in range(5):
+                                    torch.cuda.synchronize()
+                                    t = time.perf_counter()
+                                    for _ in range(20):
+                                        fn()
+                                    loop.append((time.perf_counter() - t) * 1e3 / 20)
+                            finally:
+                                fa3_gluon._plan_key = keyed
+                            got[label] = loop
                     if a.profile_host and not rows:
                         import cProfile
                         import pstats

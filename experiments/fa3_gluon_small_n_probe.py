@@ -17,6 +17,7 @@ A call whose `host` time approaches the kernel's own (`graph`) is host-bound in 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -37,6 +38,34 @@ def quantiles(xs):
     xs = sorted(xs)
     q = lambda f: xs[min(len(xs) - 1, int(f * len(xs)))]  # noqa: E731
     return q(0.1), statistics.median(xs), q(0.9), xs[0], xs[-1]
+
+
+def host_ms(fn, rounds: int, calls: int) -> list[float]:
+    """The host's ms a call: `rounds` times, `calls` calls back to back
+    after a synchronisation, without waiting for the GPU."""
+    import torch
+
+    out = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - t) * 1e3 / calls)
+    return out
+
+
+@contextlib.contextmanager
+def planned_afresh():
+    """fa3_gluon's forward with its host plan made on every call (as before _PLANS)."""
+    from kernels import fa3_gluon
+
+    keyed = fa3_gluon._plan_key
+    fa3_gluon._plan_key = lambda *args: None
+    try:
+        yield
+    finally:
+        fa3_gluon._plan_key = keyed
 
 
 def main(argv=None):
@@ -78,42 +107,14 @@ def main(argv=None):
                         e.synchronize()
                         alone.append(s.elapsed_time(e))
                     got["launch"] = alone
-                    host = []
-                    for _ in range(50):
-                        torch.cuda.synchronize()
-                        t = time.perf_counter()
-                        fn()
-                        host.append((time.perf_counter() - t) * 1e3)
-                    got["host"] = host
+                    got["host"] = host_ms(fn, rounds=50, calls=1)
                     if name == "fa3_gluon":
-                        # the same calls planned afresh each time (forward before _PLANS)
-                        from kernels import fa3_gluon
-                        keyed = fa3_gluon._plan_key
-                        fa3_gluon._plan_key = lambda *args: None
-                        try:
-                            unplanned = []
-                            for _ in range(50):
-                                torch.cuda.synchronize()
-                                t = time.perf_counter()
-                                fn()
-                                unplanned.append((time.perf_counter() - t) * 1e3)
-                        finally:
-                            fa3_gluon._plan_key = keyed
-                        got["host_unplanned"] = unplanned
+                        with planned_afresh():
+                            got["host_unplanned"] = host_ms(fn, rounds=50, calls=1)
                         # back-to-back calls, no synchronisation: the host's rate when the GPU is busy
-                        for label, key_fn in (("host_loop", keyed), ("host_loop_unplanned", lambda *args: None)):
-                            fa3_gluon._plan_key = key_fn
-                            try:
-                                loop = []
-                                for _ in range(5):
-                                    torch.cuda.synchronize()
-                                    t = time.perf_counter()
-                                    for _ in range(20):
-                                        fn()
-                                    loop.append((time.perf_counter() - t) * 1e3 / 20)
-                            finally:
-                                fa3_gluon._plan_key = keyed
-                            got[label] = loop
+                        got["host_loop"] = host_ms(fn, rounds=5, calls=20)
+                        with planned_afresh():
+                            got["host_loop_unplanned"] = host_ms(fn, rounds=5, calls=20)
                     if a.profile_host and not rows:
                         import cProfile
                         import pstats

@@ -1009,6 +1009,7 @@ def _plots(profile, rows, preds, metrics, outdir):
 
 def cmd_report(args) -> int:
     import gpusim.profile as gprof
+    from gpusim.artifacts import atomic_write_text
 
     t0 = time.time()
     rows = load_measurements(args.measurements)
@@ -1174,16 +1175,12 @@ def cmd_report(args) -> int:
                       "note": "upper bounds: the values the report reached, rounded up by 2% + 0.005; "
                               "spearman_min_neg is -(minimum Spearman)",
                       "bounds": {k: round(v + abs(v) * 0.02 + 0.005, 4) for k, v in gm.items()}}
-            with open(args.bounds + ".tmp", "w") as f:     # atomic: CI reads this file
-                json.dump(bounds, f, indent=1, sort_keys=True)
-            os.replace(args.bounds + ".tmp", args.bounds)
+            atomic_write_text(args.bounds, json.dumps(bounds, indent=1, sort_keys=True))
             log(f"[report] wrote {args.bounds}")
     notes = os.path.join(RESULTS, "validation_notes.md")
     if os.path.exists(notes):
         lines += ["## Where the targets are missed, and why", "", open(notes).read().strip(), ""]
-    with open(args.report + ".tmp", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(args.report + ".tmp", args.report)
+    atomic_write_text(args.report, "\n".join(lines) + "\n")
     log(f"[report] wrote {args.report} in {time.time() - t0:.0f} s")
     for prof, s in summary.items():
         print(f"{prof}: " + ", ".join(f"{a} MAPE {_fmt_pct(e['mape'])}" for a, e in s["errors"].items())

@@ -674,6 +674,21 @@ class _Plan:
     constexprs: dict
 
 
+def _constexprs(problem: AttentionProblem, cfg: TileConfig, torch_dtype, *, pingpong: bool, lpt: bool,
+                scheduled: bool, p_smem: bool, q_regs: bool, o_tma: bool) -> dict:
+    """_fa3g_fwd's constexpr arguments, for forward's launch and for
+    compiled_info's cross-compile alike (so the build the probe reads is the
+    one forward runs). P_LAYOUT is None unless P goes through SMEM (the
+    kernel reads it only then)."""
+    _, consumer_regs, producer_regs = REGISTERS[cfg.consumer_warpgroups]
+    return dict(H=problem.heads, GROUP=problem.group_size, HEAD_DIM=problem.head_dim, ROWS=ROWS_PER_CONSUMER,
+                NC=cfg.consumer_warpgroups, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=problem.causal,
+                PINGPONG=bool(pingpong), P_SMEM=p_smem,
+                P_LAYOUT=_layout([ROWS_PER_CONSUMER, cfg.block_n], torch_dtype) if p_smem else None,
+                Q_REGS=q_regs, O_TMA=o_tma, LPT=bool(lpt), SCHEDULED=bool(scheduled),
+                CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs)
+
+
 def _plan_key(q, k, v, options: tuple):
     """What a plan depends on, or None where it cannot be a key (then forward
     plans afresh, and its checks say what is wrong with the arguments)."""
@@ -702,7 +717,7 @@ def _plan(q, k, v, causal, config, sm_scale, pingpong, persistent, lpt, balanced
     pp = cfg.pingpong if pingpong is None else bool(pingpong)
     scale = resolve_scale(sm_scale, problem.head_dim)
     b, h, nq, d = q.shape
-    kvh, nkv = k.shape[1], k.shape[2]
+    nkv = k.shape[2]
     n_tiles = cdiv(nq, cfg.block_m) * b * h
     persistent = cfg_persistent(problem) if persistent is None else bool(persistent)
     lpt = cfg_lpt(problem) if lpt is None else bool(lpt)
@@ -713,20 +728,15 @@ def _plan(q, k, v, causal, config, sm_scale, pingpong, persistent, lpt, balanced
                             f"got persistent={persistent}, lpt={lpt}")
     grid = (min(n_tiles, _sm_count(q.device)) if persistent else n_tiles, )
     sched = _schedule_table(problem, cfg.block_m, cfg.block_n, grid[0], q.device) if balanced else None
-    maxnreg, consumer_regs, producer_regs = REGISTERS[cfg.consumer_warpgroups]
     q_block, kv_block = [ROWS_PER_CONSUMER, d], [cfg.block_n, d]
     return _Plan(
         grid=grid, q_block=q_block, kv_block=kv_block, q_layout=_layout(q_block, q.dtype),
         kv_layout=_layout(kv_block, q.dtype), o_tma=o_tma,
         scalars=(scale * LOG2E, nq, nkv, problem.causal_offset, n_tiles),
         sched=sched,
-        constexprs=dict(H=h, GROUP=h // kvh, HEAD_DIM=d, ROWS=ROWS_PER_CONSUMER, NC=cfg.consumer_warpgroups,
-                        BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=problem.causal, PINGPONG=pp,
-                        P_SMEM=p_smem,
-                        P_LAYOUT=_layout([ROWS_PER_CONSUMER, cfg.block_n], q.dtype) if p_smem else None,
-                        Q_REGS=q_regs, O_TMA=o_tma, LPT=lpt,
-                        SCHEDULED=bool(balanced), CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
-                        num_warps=4, maxnreg=maxnreg))
+        constexprs=dict(_constexprs(problem, cfg, q.dtype, pingpong=pp, lpt=lpt, scheduled=balanced,
+                                    p_smem=p_smem, q_regs=q_regs, o_tma=o_tma),
+                        num_warps=4, maxnreg=REGISTERS[cfg.consumer_warpgroups][0]))
 
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
@@ -811,15 +821,12 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
                                              "STAGES", "CAUSAL", "PINGPONG", "P_SMEM", "P_LAYOUT", "Q_REGS", "O_TMA",
                                              "LPT", "SCHEDULED", "CONSUMER_REGS",
                                              "PRODUCER_REGS")}}
-    maxnreg, consumer_regs, producer_regs = REGISTERS[cfg.consumer_warpgroups]
-    consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": d,
-              "ROWS": ROWS_PER_CONSUMER, "NC": cfg.consumer_warpgroups, "BLOCK_N": cfg.block_n,
-              "STAGES": cfg.num_stages, "CAUSAL": problem.causal, "PINGPONG": bool(pingpong),
-              "P_SMEM": p_smem, "P_LAYOUT": _layout([ROWS_PER_CONSUMER, cfg.block_n], tdt),
-              "Q_REGS": q_regs, "O_TMA": o_tma,
-              "LPT": cfg_lpt(problem),
-              "SCHEDULED": cfg_persistent(problem) and cfg_balanced(problem),
-              "CONSUMER_REGS": consumer_regs, "PRODUCER_REGS": producer_regs}
+    maxnreg = REGISTERS[cfg.consumer_warpgroups][0]
+    # forward's defaults for the launch order (_plan: balanced when persistent and not lpt)
+    lpt = cfg_lpt(problem)
+    consts = _constexprs(problem, cfg, tdt, pingpong=pingpong, lpt=lpt,
+                         scheduled=cfg_persistent(problem) and not lpt and cfg_balanced(problem),
+                         p_smem=p_smem, q_regs=q_regs, o_tma=o_tma)
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("O", "LSE")}
     src = GluonASTSource(fn=_fa3g_fwd, signature=sig, constexprs=consts, attrs=attrs)

@@ -321,67 +321,75 @@ extern "C" __global__ void cta_cycle_stamped(const int4* __restrict__ in, int4* 
 // Tile copies global -> SMEM with cp.async (LDGSTS.E.BYPASS.128), as Triton's fa2 and
 // standard kernels stream their K/V tiles, in Triton 3.6's order for a pipelined loop
 // (kernels/fa2.py cross-compiled: DEPBAR.LE SB0, BAR.SYNC, the step, BAR.SYNC, LDGSTS):
-// every thread copies 16 B vectors of each tile; a DEPTH-deep ring, DEPTH - 1 tiles
-// issued ahead (a commit group each); iteration j waits for tile j
-// (cp.async.wait_group DEPTH - 2), meets the CTA's barrier, reads a word of the tile,
-// meets it again, then issues tile j + DEPTH - 1 into the buffer tile j - 1 had.
-// DEPTH 1: each tile issued and waited for alone (its whole latency exposed). Tiles
-// come from an L2-resident set of `set_tiles`; clock64 and the global timer per CTA.
-__device__ __forceinline__ void cp_async_tile(const int4* __restrict__ src, unsigned ring_s, int first,
-                                              int set_tiles, int tile_vecs, int i, int slot) {
-    const int4* g = src + (size_t)((first + i) % set_tiles) * tile_vecs;
-    const unsigned s = ring_s + 16u * (unsigned)(slot * tile_vecs);
-    #pragma unroll 8
-    for (int v = threadIdx.x; v < tile_vecs; v += blockDim.x)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(s + 16u * v), "l"(g + v) : "memory");
+// every thread copies VPT 16 B vectors of each tile (unrolled, addresses precomputed as
+// Triton's are); a DEPTH-deep ring, DEPTH - 1 tiles issued ahead (a commit group each);
+// iteration j waits for tile j (cp.async.wait_group DEPTH - 2), meets the CTA's barrier,
+// reads a word of the tile, meets it again, then issues tile j + DEPTH - 1 into the
+// buffer tile j - 1 had. DEPTH 1: each tile issued and waited for alone (its whole
+// latency exposed). VPT 0: the loop's skeleton alone (waits, barriers, the read).
+// Tiles come from an L2-resident set of `set_tiles` (a power of two); clock64 and the
+// global timer per CTA.
+template <int VPT>
+__device__ __forceinline__ void cp_async_tile(const int4* __restrict__ src, unsigned ring_s, int tile_vecs,
+                                              int tile, int slot) {
+    const int4* g = src + (size_t)tile * tile_vecs + threadIdx.x;
+    const unsigned s = ring_s + 16u * (unsigned)(slot * tile_vecs + threadIdx.x);
+    #pragma unroll
+    for (int k = 0; k < VPT; k++)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                     :: "r"(s + 16u * k * blockDim.x), "l"(g + k * blockDim.x) : "memory");
 }
 
-template <int DEPTH>
+template <int DEPTH, int VPT>
 __device__ __forceinline__ void cp_async_stream(const int4* __restrict__ src, int set_tiles,
-                                                int tile_vecs, int tiles, float* out,
-                                                unsigned long long* clk) {
+                                                int tiles, float* out, unsigned long long* clk) {
     extern __shared__ __align__(128) int4 ring[];
     const unsigned ring_s = (unsigned)__cvta_generic_to_shared(ring);
-    const int first = (int)((blockIdx.x * 40503u) % (unsigned)set_tiles);
+    const int tile_vecs = VPT * blockDim.x, mask = set_tiles - 1;
+    const int first = (int)((blockIdx.x * 40503u) & (unsigned)mask);
     float acc = 0.f;
     __syncthreads();
     unsigned long long c0 = clock64(), t0 = gtimer();
+    #pragma unroll
     for (int i = 0; i < DEPTH - 1; i++) {
-        if (i < tiles) cp_async_tile(src, ring_s, first, set_tiles, tile_vecs, i, i);
+        cp_async_tile<VPT>(src, ring_s, tile_vecs, (first + i) & mask, i);
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
     for (int j = 0; j < tiles; j++) {
         if (DEPTH == 1) {
-            cp_async_tile(src, ring_s, first, set_tiles, tile_vecs, j, 0);
+            cp_async_tile<VPT>(src, ring_s, tile_vecs, (first + j) & mask, 0);
             asm volatile("cp.async.commit_group;" ::: "memory");
         }
         asm volatile("cp.async.wait_group %0;" :: "n"(DEPTH > 1 ? DEPTH - 2 : 0) : "memory");
         __syncthreads();
-        acc += __int_as_float(ring[(j % DEPTH) * tile_vecs + threadIdx.x % tile_vecs].x);
+        acc += __int_as_float(ring[(j % DEPTH) * tile_vecs + threadIdx.x].x);
         __syncthreads();
-        if (DEPTH > 1) {
-            if (j + DEPTH - 1 < tiles)
-                cp_async_tile(src, ring_s, first, set_tiles, tile_vecs, j + DEPTH - 1, (j + DEPTH - 1) % DEPTH);
-            asm volatile("cp.async.commit_group;" ::: "memory");   // (empty past the end: the count holds)
+        if (DEPTH > 1) {   // (past the end the copies re-read early tiles: the count holds)
+            cp_async_tile<VPT>(src, ring_s, tile_vecs, (first + j + DEPTH - 1) & mask, (j + DEPTH - 1) % DEPTH);
+            asm volatile("cp.async.commit_group;" ::: "memory");
         }
     }
     stamp(clk, c0, t0);
     out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
 }
-#define CP_ASYNC_KERNEL(D)                                                                  \
-extern "C" __global__ void cp_async_d##D(const int4* src, int set_tiles, int tile_vecs,    \
-                                         int tiles, float* out, unsigned long long* clk) {  \
-    cp_async_stream<D>(src, set_tiles, tile_vecs, tiles, out, clk);                        \
+#define CP_ASYNC_KERNEL(D, V)                                                                  \
+extern "C" __global__ void cp_async_d##D##_v##V(const int4* src, int set_tiles, int tiles,    \
+                                                float* out, unsigned long long* clk) {         \
+    cp_async_stream<D, V>(src, set_tiles, tiles, out, clk);                                   \
 }
-CP_ASYNC_KERNEL(1)
-CP_ASYNC_KERNEL(2)
-CP_ASYNC_KERNEL(3)
-CP_ASYNC_KERNEL(4)
+#define CP_ASYNC_DEPTHS(V) CP_ASYNC_KERNEL(1, V) CP_ASYNC_KERNEL(2, V) CP_ASYNC_KERNEL(3, V) CP_ASYNC_KERNEL(4, V)
+CP_ASYNC_DEPTHS(0)
+CP_ASYNC_DEPTHS(1)
+CP_ASYNC_DEPTHS(2)
+CP_ASYNC_DEPTHS(4)
+CP_ASYNC_DEPTHS(8)
+CP_ASYNC_DEPTHS(16)
+CP_ASYNC_DEPTHS(32)
 """
 
 CUDA_KERNELS = ("ex2_loop", "ffma_loop", "smem_read", "mma_bf16", "mma_f16", "mma_e4m3",
                 "chase_plain", "chase_tma", "empty_kernel", "cta_cycle", "cta_cycle_stamped",
-                "cp_async_d1", "cp_async_d2", "cp_async_d3", "cp_async_d4")
+                *(f"cp_async_d{d}_v{v}" for d in (1, 2, 3, 4) for v in (0, 1, 2, 4, 8, 16, 32)))
 
 
 def compile_cuda(workdir: str, arch: str = "sm_90") -> str:
@@ -1794,24 +1802,24 @@ def bench_loaded_latency(r: Runner, K, mod):
         del arr, big
 
 
-# cp_async: tile sizes (KB), ring depths, threads a CTA; and CTAs an SM for the loaded rows
-CP_ASYNC_TILES_KB = (4, 8, 16, 32, 64)
+# cp_async: ring depths, threads a CTA, 16 B vectors a thread a tile (kernels
+# cp_async_d{depth}_v{vpt}: 4-64 KB tiles; 0: the loop without copies)
 CP_ASYNC_DEPTHS = (1, 2, 3, 4)
-CP_ASYNC_THREADS = (128, 256)
+CP_ASYNC_VPT = {128: (0, 2, 4, 8, 16, 32), 256: (0, 1, 2, 4, 8, 16)}
 CP_ASYNC_SET_BYTES = 4 << 20     # L2-resident (50 MB L2)
 CP_ASYNC_TILES_PER_CTA = 512
 
 
 def bench_cp_async(r: Runner, mod):
     """Tile copies global -> SMEM with cp.async, as Triton's fa2 and standard
-    kernels pipeline their K/V tiles (CUDA kernels cp_async_d1..d4, one per
-    ring depth; tiles from a 4 MB L2-resident set). Rows `cp_async`: the
-    median CTA's clock64 cycles a tile.
-    - one CTA alone (`1cta_...`): with depth 1 a tile's whole round trip
-      (issue, L2, the SM's port, the wait and the barrier) is exposed, so
-      cycles against bytes give the copy's latency (the intercept) and the
-      SM's fill rate (the slope), rows `cp_async_fit`; deeper rings show how
-      much of it a pipeline hides;
+    kernels pipeline their K/V tiles (CUDA kernels cp_async_d{depth}_v{vpt};
+    tiles from a 4 MB L2-resident set). Rows `cp_async`: the median CTA's
+    clock64 cycles a tile (its loop's iteration).
+    - one CTA alone (`1cta_...`): with depth 1 a tile's whole round trip is
+      exposed, so cycles against bytes give the copy's fixed cost (the
+      intercept, less the loop's own skeleton: the `0KB` rows) and the rate a
+      CTA fills its SMEM at (the slope): rows `cp_async_fit`. Deeper rings show
+      how much of it a pipeline hides;
     - every SM busy (`{1,2}x132cta_...`): the same copies when all SMs share
       the L2, and the launch's aggregate rate (detail)."""
     import cupy
@@ -1821,15 +1829,15 @@ def bench_cp_async(r: Runner, mod):
     smem_max = int(r.props.shared_memory_per_block_optin)
     tiles = CP_ASYNC_TILES_PER_CTA if not r.args.quick else 64
 
-    def launch(depth, grid, threads, tile_bytes, reps=3):
-        k = mod.get_function(f"cp_async_d{depth}")
-        smem = depth * tile_bytes
+    def launch(depth, grid, threads, vpt, reps=3):
+        k = mod.get_function(f"cp_async_d{depth}_v{vpt}")
+        tile_bytes = vpt * threads * 16
+        smem = max(depth * tile_bytes, 16 * threads)
         k.max_dynamic_shared_size_bytes = smem
-        tile_vecs = tile_bytes // 16
-        set_tiles = CP_ASYNC_SET_BYTES // tile_bytes
+        set_tiles = CP_ASYNC_SET_BYTES // tile_bytes if tile_bytes else 1
         out = cupy.empty(grid * threads, dtype=cupy.float32)
         clk = cupy.zeros(2 * grid, dtype=cupy.uint64)
-        args = (src, np.int32(set_tiles), np.int32(tile_vecs), np.int32(tiles), out, clk)
+        args = (src, np.int32(set_tiles), np.int32(tiles), out, clk)
         k((grid,), (threads,), args, shared_mem=smem)     # warm: the set into L2
         cupy.cuda.Device().synchronize()
         cycles, mhz, spans = [], [], []
@@ -1843,46 +1851,53 @@ def bench_cp_async(r: Runner, mod):
         i = int(np.argsort(cycles)[len(cycles) // 2])
         return cycles[i], mhz[i], spans[i], cycles
 
-    fits = {}
+    depth1: dict = {}
     with r.sampler() as s:
-        for threads in CP_ASYNC_THREADS:
+        for threads, vpts in CP_ASYNC_VPT.items():
             for depth in CP_ASYNC_DEPTHS:
-                for kb in CP_ASYNC_TILES_KB:
-                    if depth * kb * 1024 > smem_max:
+                for vpt in vpts:
+                    nbytes = vpt * threads * 16
+                    if depth * nbytes > smem_max:
                         continue
-                    cyc, kmhz, _, reps = launch(depth, 1, threads, kb * 1024)
+                    cyc, kmhz, _, reps = launch(depth, 1, threads, vpt)
                     if depth == 1:
-                        fits.setdefault(threads, []).append((kb * 1024, cyc))
-                    r.add("cp_async", f"1cta_{threads}t_{kb}KB_d{depth}", cyc, "clk/tile", s.mhz, kmhz,
-                          detail=f"one CTA of {threads} threads alone, {kb} KB tiles by cp.async.cg 16 B, "
-                                 f"ring depth {depth}, {tiles} tiles, clock64: {kb * 1024 / cyc:.1f} B/clk; "
+                        depth1.setdefault(threads, []).append((nbytes, cyc))
+                    rate = f"{nbytes / cyc:.1f} B/clk" if nbytes else "no copies: the loop's waits, barriers and read"
+                    r.add("cp_async", f"1cta_{threads}t_{nbytes // 1024}KB_d{depth}", cyc, "clk/tile", s.mhz, kmhz,
+                          detail=f"one CTA of {threads} threads alone, {nbytes // 1024} KB tiles by cp.async.cg 16 B "
+                                 f"({vpt} a thread), ring depth {depth}, {tiles} tiles, clock64: {rate}; "
                                  f"reps {', '.join(f'{v:.0f}' for v in reps)}")
+        threads, vpt = 256, 8       # 32 KB tiles
         for per_sm in (1, 2):
             for depth in CP_ASYNC_DEPTHS:
-                kb, threads = 32, 256
-                if per_sm * depth * kb * 1024 > int(r.props.shared_memory_per_multiprocessor) - 2048 * per_sm:
+                nbytes = vpt * threads * 16
+                if per_sm * (depth * nbytes + 1024) > int(r.props.shared_memory_per_multiprocessor):
                     continue
                 grid = r.sms * per_sm
-                cyc, kmhz, span_ns, reps = launch(depth, grid, threads, kb * 1024)
-                rate = grid * tiles * kb * 1024 / (span_ns * 1e-9) / 1e9
-                r.add("cp_async", f"{per_sm}x{r.sms}cta_{threads}t_{kb}KB_d{depth}", cyc, "clk/tile", s.mhz,
-                      kmhz, detail=f"{grid} CTAs of {threads} threads ({per_sm} an SM), {kb} KB tiles by "
-                                   f"cp.async.cg 16 B, ring depth {depth}, {tiles} tiles each: "
-                                   f"{kb * 1024 / cyc:.1f} B/clk a CTA, {rate:.0f} GB/s in all (the slowest CTA's "
-                                   f"span); reps {', '.join(f'{v:.0f}' for v in reps)}")
-    for threads, pts in fits.items():
-        if len(pts) < 2:
+                cyc, kmhz, span_ns, reps = launch(depth, grid, threads, vpt)
+                rate = grid * tiles * nbytes / (span_ns * 1e-9) / 1e9
+                r.add("cp_async", f"{per_sm}x{r.sms}cta_{threads}t_{nbytes // 1024}KB_d{depth}", cyc, "clk/tile",
+                      s.mhz, kmhz,
+                      detail=f"{grid} CTAs of {threads} threads ({per_sm} an SM), {nbytes // 1024} KB tiles by "
+                             f"cp.async.cg 16 B, ring depth {depth}, {tiles} tiles each: {nbytes / cyc:.1f} B/clk "
+                             f"a CTA, {rate:.0f} GB/s in all (the slowest CTA's span); "
+                             f"reps {', '.join(f'{v:.0f}' for v in reps)}")
+    for threads, pts in depth1.items():
+        skeleton = next((c for b, c in pts if b == 0), None)
+        pts = [(b, c) for b, c in pts if b]
+        if len(pts) < 2 or skeleton is None:
             continue
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         mx, my = statistics.fmean(xs), statistics.fmean(ys)
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
         intercept = my - slope * mx
         pts_s = ", ".join(f"{x // 1024} KB {y:.0f}" for x, y in pts)
-        r.add("cp_async_fit", f"1cta_{threads}t_latency", intercept, "cycles",
-              detail=f"depth-1 cycles a tile = latency + bytes / rate, least squares over {pts_s}")
+        r.add("cp_async_fit", f"1cta_{threads}t_latency", intercept - skeleton, "cycles",
+              detail=f"depth-1 cycles a tile = skeleton + latency + bytes / rate, least squares over {pts_s}: "
+                     f"intercept {intercept:.0f} less the loop's skeleton without copies {skeleton:.0f}")
         r.add("cp_async_fit", f"1cta_{threads}t_rate", 1.0 / slope, "B/clk",
-              detail=f"the same fit's slope: one CTA of {threads} threads fills its SMEM from L2 at "
-                     f"{1.0 / slope:.1f} B/clk ({pts_s})")
+              detail=f"the same fit's slope: one CTA of {threads} threads ({threads // 32} warps) fills its SMEM "
+                     f"from L2 at {1.0 / slope:.1f} B/clk ({pts_s})")
     del src
 
 

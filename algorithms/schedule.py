@@ -144,19 +144,24 @@ def pipelined_loop(
     roles > 1: this is role `role` of `roles` warpgroups sharing the loop (fa2
     with 8 warps). Every thread copies its part of each tile, so loads_of(i)
     gives this role's part. Each iteration the role waits for its own copies
-    (cp.async.wait_group), then meets the other roles at the CTA's barrier
-    (the bar.sync Triton emits with the wait: their parts are in SMEM, and
-    the buffer the next copies overwrite is no longer read), computes, then
-    issues its next copies; between two barriers the roles run, and share
-    the SM's units, freely.
+    (cp.async.wait_group), meets the other roles at the CTA's barrier (their
+    parts are in SMEM), computes, meets them again (the buffer the next
+    copies overwrite is no longer read by anyone), then issues its next
+    copies: the two BAR.SYNCs of every trip of Triton 3.6's sm_90 loop
+    (kernels/fa2.py cross-compiled, 2 and 3 stages alike: DEPBAR.LE SB0,
+    BAR.SYNC, the products and softmax, BAR.SYNC, LDGSTS). Between two
+    barriers the roles run, and share the SM's units, freely.
     """
     extra = compute_memory or (lambda i: ())
     if trips <= 0:
         return []
-    sync: list[Op] = []
+    sync: list[Op] = []     # the barrier after the wait for this trip's tiles
+    reuse: list[Op] = []    # ... and the one before the copies into a buffer a role may still read
     if roles > 1:
         sync = [*(Arrive(f"{name}.sync.{other}") for other in range(roles) if other != role),
                 Wait(f"{name}.sync.{role}", roles - 1)]
+        reuse = [*(Arrive(f"{name}.reuse.{other}") for other in range(roles) if other != role),
+                 Wait(f"{name}.reuse.{role}", roles - 1)]
     if stages <= 1:
         def body(i: int) -> list[Item]:
             return [*loads_of(i), *sync, *compute_of(i)]
@@ -189,7 +194,7 @@ def pipelined_loop(
         ahead = issue(i + lookahead) if i + lookahead < trips else []
         if roles == 1:
             return [ready, *compute_of(i), *ahead]
-        return [ready, *sync, *compute_of(i), *ahead]
+        return [ready, *sync, *compute_of(i), *reuse, *ahead]
 
     def key(i: int):
         ahead = key_of(i + lookahead) if i + lookahead < trips else None

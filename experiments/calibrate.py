@@ -23,6 +23,8 @@
     mbarrier): the TMA's extra latency is the difference;
   * the same plain chase while 16-528 other CTAs stream reads from HBM or from L2
     (loaded_latency): how much later a load lands when the memory is busy;
+  * cp.async tile copies into a 1-4 deep SMEM ring in Triton's loop order (cp_async): a
+    copy's latency and the rate a CTA fills its SMEM at, one CTA alone and every SM busy;
   * launch cost: do_bench of an empty kernel (the fixed cost of every kernel timed the
     way the validation sweep times attention), plus back-to-back eager and graph launches;
   * the device's own report (SMs, SMEM per SM and per block, registers, L2 size).

@@ -247,9 +247,13 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
                                                         Load(Tile("V", b, kvh, j, col), nbytes)]
                 return loads
 
+            spilled: list = []      # spill_traffic's ops, the same at every step: built once
+
             def spill_traffic(j: int):
                 if not spilling:
                     return []
+                if spilled:
+                    return spilled[0]
                 ops = [Store(*part(stack, spills.store_bytes * cfg.threads, k))] if spills.store_bytes else []
                 if spills.load_bytes:
                     # the reload in as many parts as the SASS has waits for it, each
@@ -260,6 +264,7 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
                     share = nbytes // len(slacks)
                     ops += [Load(tile, share + (nbytes - share * len(slacks) if i == 0 else 0), LD, (), slack)
                             for i, slack in enumerate(slacks)]
+                spilled.append(ops)
                 return ops
 
             def compute_of(j: int):

@@ -247,13 +247,9 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
                                                         Load(Tile("V", b, kvh, j, col), nbytes)]
                 return loads
 
-            spilled: list = []      # spill_traffic's ops, the same at every step: built once
-
-            def spill_traffic(j: int):
-                if not spilling:
-                    return []
-                if spilled:
-                    return spilled[0]
+            def spill_ops() -> list:
+                """A step's spill traffic: the same stores and reloads of the
+                CTA's stack at every step."""
                 ops = [Store(*part(stack, spills.store_bytes * cfg.threads, k))] if spills.store_bytes else []
                 if spills.load_bytes:
                     # the reload in as many parts as the SASS has waits for it, each
@@ -264,8 +260,12 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
                     share = nbytes // len(slacks)
                     ops += [Load(tile, share + (nbytes - share * len(slacks) if i == 0 else 0), LD, (), slack)
                             for i, slack in enumerate(slacks)]
-                spilled.append(ops)
                 return ops
+
+            spilled = spill_ops() if spilling else []     # built once for the role, not every step
+
+            def spill_traffic(j: int):
+                return spilled
 
             def compute_of(j: int):
                 masked = block_is_masked(p, cfg, qb, j)

@@ -146,6 +146,42 @@ def test_fast_path_agrees_with_full_simulation(algo, problem, config):
     assert fast.hbm_write_bytes == full.hbm_write_bytes
 
 
+def _class_run(stats, ctas):
+    """Start every (start, duration) CTA of `ctas`, then end them in the order they finish."""
+    from gpusim.engine.core import N_COUNTERS
+    for start, _ in ctas:
+        stats.running.append(start)
+    for start, duration in sorted(ctas, key=lambda c: c[0] + c[1]):
+        stats.add(start, duration, [0.0] * N_COUNTERS, True)
+
+
+def test_a_class_turns_steady_on_a_whole_wave_not_on_the_ctas_that_end_first():
+    """A cost class's ghosts take the mean duration of a wave of its CTAs.
+    Durations are known as CTAs end and the short ones end first: six CTAs
+    out of step (1.0 each, started apart) must not stand for a wave of twelve
+    that take 1.6."""
+    from gpusim.engine.core import _ClassStats
+    out_of_step = [(0.2 * i, 1.0) for i in range(6)]
+    in_step = [(0.1 + 1.6 * w + 0.01 * i, 1.6) for w in range(3) for i in range(12)]
+    # six that agree, over a spread of starts longer than they take, are not a wave
+    alone = _ClassStats(wave=12)
+    _class_run(alone, out_of_step)
+    assert not alone.ready()
+    stats = _ClassStats(wave=12)
+    # the first wave still running, the six short ones over: not yet
+    for start, _ in in_step[:12]:
+        stats.running.append(start)
+    _class_run(stats, out_of_step)
+    assert not stats.ready()
+    # a sample ending while a CTA that started before it still runs waits for it
+    assert stats._complete() == ([0.0], [1.0])
+    for start, duration in in_step[:12]:
+        stats.add(start, duration, [0.0] * len(stats.work), True)
+    _class_run(stats, in_step[12:])
+    assert stats.ready()
+    assert stats.recent_duration() == pytest.approx(1.6)
+
+
 def _signature(items):
     """Ops of a role program with tile identity removed (sizes and engines kept)."""
     out = []

@@ -116,10 +116,22 @@ def step_ops(dtype: str, mma: str, rows: int, block_n: int, head_dim: int, repli
     overlaps the next step's wait for its K/V tiles. On GPUs without wgmma
     the engine runs them synchronously (mma.sync).
 
+    The softmax's instructions run in dependent phases (row max and scale,
+    then the exp2s, then the row sum and the conversion of P), so a step
+    takes its other instructions (Alu, on the SM's issue slots) and then its
+    exp2s (Exp, on the MUFU) one after the other; other CTAs' and
+    warpgroups' phases fill the units meanwhile. (Side by side, the step took
+    the longer of the two: every tensor-bound config came out 10-20% fast,
+    and the profile's slow tensor rate stood in for the difference,
+    validation_notes.md session 17.) The serial fraction and the chain's
+    latency of the profile are reduced from calibrate.py's dot_chain rows
+    with the same composition (calibrate._dot_chain_steps).
+
     issued: the thread-instructions the warpgroup issues per step besides
-    its wgmma, from the compiled loop (algorithms/compiled.py), charged to
-    the SM's issue slots beside the exp2s; without it, an estimate from the
-    softmax's arithmetic alone (ALU_PER_SCORE...). The compiled loops issue
+    its wgmma, from the compiled loop (algorithms/compiled.py), of which all
+    but the exp2s (one a score and one a row) are the Alu phase's; without
+    it, an estimate from the softmax's arithmetic alone (ALU_PER_SCORE...),
+    also without the exp2s. The compiled loops issue
     more: 64x32 blocks with 4 warps at D = 64 issue 184 instructions a warp
     and step, 11.5 for each of a thread's 16 scores, against the
     estimate's 6 (4 a score and 2 for its share of the rescale),
@@ -127,15 +139,17 @@ def step_ops(dtype: str, mma: str, rows: int, block_n: int, head_dim: int, repli
     than an unmasked one, against 25% (10-40% on a key tail)."""
     cols = head_dim // replicas
     scores = rows * block_n
+    exps = scores + rows                             # P = exp2(S - m), and alpha a row
     if issued is None:
         alu = scores * ALU_PER_SCORE + rows * cols * ALU_PER_ACC
         if masked:
             alu += scores * ALU_PER_MASKED_SCORE
     else:
-        alu = issued
+        alu = max(0, issued - exps)                  # the MUFU instructions are the Exp's
     return (Mma(rows, block_n, head_dim, dtype, mma, instr_n=block_n // replicas, is_async=True),
             MmaWait(0),                              # S, and the previous step's P V
-            Exp(scores + rows, alu_flops=alu),      # P = exp2(S - m), alpha
+            Alu(alu),                                # max, scale, sum, convert, masks, bookkeeping
+            Exp(exps),
             StepLatency(),                           # the chain's round trip
             Mma(rows, cols, block_n, dtype, mma, a_in_smem=False, instr_n=cols, is_async=True))
 

@@ -35,8 +35,10 @@ h100.toml with its sources.
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime as _dt
 import itertools
+import functools
 import math
 import os
 import statistics
@@ -2254,16 +2256,77 @@ def tensor_alu_serial_fractions(rows):
     return out
 
 
+DOT_CHAIN_LOOPS = os.path.join(ROOT, "experiments", "results", "dot_chain_loops_sm90.csv")
+
+
+def compile_dot_chain_loop(bm: int, bn: int, d: int, warps: int) -> dict:
+    """The dot_chain kernel's loop as ptxas compiles it for sm_90 (cross-compiled
+    here, as bench_dot_chain launches it): per warp and trip, the instructions
+    it issues besides its wgmma ('issue'), of which MUFU ('mufu'), and the
+    stall clocks ptxas scheduled ('stall_clocks'); kernels/sass.py."""
+    from kernels import sass
+    sig = {"A": "*bf16", "B": "*bf16", "V": "*bf16", "C": "*fp32", "iters": "i32", "CLK": "*i64",
+           "STAMPS": "*i64", "first": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
+           "D": "constexpr", "CLOCKED": "constexpr", "PHASE_STEPS": "constexpr"}
+    compiled = compile_sm90(triton_kernels()["dot_chain"], sig,
+                            dict(BM=bm, BN=bn, BK=d, D=d, CLOCKED=True, PHASE_STEPS=0), warps=warps, stages=1)
+    parts = sass.tensor_loop_parts(sass.cuobjdump(compiled, "-sass"))
+    if not parts:
+        raise RuntimeError(f"dot_chain {bm}x{bn}x{d} w{warps}: no tensor loop in its sm_90 SASS")
+    return parts[0]
+
+
+def cmd_loops(args) -> int:
+    """Write DOT_CHAIN_LOOPS: the compiled loop of every dot_chain shape (CPU only)."""
+    import triton
+    from kernels.provenance import git_commit
+    rows = []
+    for bm, bn, d, warps in DOT_CHAINS:
+        loop = compile_dot_chain_loop(bm, bn, d, warps)
+        rows.append({"shape": f"{bm}x{bn}x{d}", "num_warps": warps, "issue_per_iter": loop["issue"],
+                     "mufu_per_iter": loop["mufu"], "stall_clocks_per_iter": loop["stall_clocks"],
+                     "triton": triton.__version__, "target": "cuda:90",
+                     "git_commit": git_commit(), "date": _dt.date.today().isoformat(),
+                     "command": "python experiments/calibrate.py loops"})
+        print(f"dot_chain {rows[-1]['shape']} w{warps}: {loop}")
+    write_csv_atomic(args.out, rows, list(rows[0]))
+    print(f"wrote {args.out}")
+    return 0
+
+
+@functools.lru_cache(maxsize=4)
+def _dot_chain_loops(path: str) -> dict:
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        return {(r["shape"], int(r["num_warps"])): {"issue": int(r["issue_per_iter"]), "mufu": int(r["mufu_per_iter"]),
+                                                    "stall_clocks": int(r["stall_clocks_per_iter"])} for r in rows}
+    except (OSError, KeyError, ValueError) as e:
+        raise ResultsFileError(f"{path}: not a dot_chain loop table ({type(e).__name__}: {e}); "
+                               f"write it with `python experiments/calibrate.py loops`") from None
+
+
+def dot_chain_loop(bm: int, bn: int, d: int, warps: int, path: str = DOT_CHAIN_LOOPS) -> dict:
+    """compile_dot_chain_loop's counts for one shape, from the committed table
+    (tests run Triton's interpreter, which cannot compile for sm_90)."""
+    loop = _dot_chain_loops(path).get((f"{bm}x{bn}x{d}", warps))
+    if loop is None:
+        raise ResultsFileError(f"{path} has no dot_chain {bm}x{bn}x{d} with {warps} warps; "
+                               f"write it with `python experiments/calibrate.py loops`")
+    return loop
+
+
 def _dot_chain_steps(rows, rates):
     """{shape_wN: (cycles a step with one CTA per SM, with the SM saturated
     (the lesser of the 2- and 4-CTA times per CTA), its products' cycles,
     its softmax's cycles)} from the dot_chain rows, the parts at the SM's
     measured rates: each product its tensor time or its SMEM operand reads,
-    whichever is longer; the softmax its exp2 or its FMA work, whichever is
-    longer. rates: per SM per clock, 'tensor' (flops), 'exp2', 'alu', 'smem'
-    (bytes), and 'operand_bytes' (HardwareProfile.wgmma_operand_bytes)."""
-    from algorithms.fa2 import ALU_PER_ACC, ALU_PER_SCORE
-
+    whichever is longer; the softmax its exp2s on the MUFU and then its
+    other instructions on the issue slots, as the compiled loop has them
+    (dot_chain_loop), one after the other as fa2's steps charge them
+    (algorithms/fa2.step_ops). rates: per SM per clock, 'tensor' (flops),
+    'exp2', 'alu' (issue slots, thread-instructions), 'smem' (bytes), and
+    'operand_bytes' (HardwareProfile.wgmma_operand_bytes)."""
     timed, alone = {}, {}
     for r in rows:
         clock = row_clock(r)
@@ -2279,13 +2342,16 @@ def _dot_chain_steps(rows, rates):
         if not {1, 2, 4} <= set(t):
             continue
         bm, bn, d = map(int, shape.split("x"))
+        n_warps = int(warps[1:])
 
         def product(m, n, k, a_in_smem):
             return max(2 * m * n * k / rates["tensor"],
                        rates["operand_bytes"](m, n, k, 2, a_in_smem, n) / rates["smem"])
 
-        softmax = max((bm * bn + bm) / rates["exp2"],
-                      (bm * bn * ALU_PER_SCORE + bm * d * ALU_PER_ACC) / rates["alu"])
+        loop = dot_chain_loop(bm, bn, d, n_warps)
+        lanes = n_warps * 32
+        softmax = (loop["mufu"] * lanes / rates["exp2"]
+                   + (loop["issue"] - loop["mufu"]) * lanes / rates["alu"])
         out[f"{shape}_{warps}"] = (alone.get((shape, warps), t[1]), min(t[2] / 2, t[4] / 4),
                                    product(bm, bn, d, True) + product(bm, d, bn, False), softmax)
     return out
@@ -2440,7 +2506,8 @@ def mapping(rows):
             out[("units", "flash_step_latency_cycles")] = (round(v, 0), cite(
                 "one flash step's dependent chain on operands held on chip (S = A·B, row max, exp2, "
                 "acc += P·V), timed with one 4-warp CTA per SM, less its parts at the rates measured "
-                "here (tl.dot loop, MUFU.EX2, FFMA, SMEM operand reads), in SM clocks: "
+                "here (tl.dot loop, SMEM operand reads; its exp2s on the MUFU, then its other "
+                "instructions, as its sm_90 loop has them, on the issue slots), in SM clocks: "
                 + ", ".join(f"{k} {x:.0f}" for k, x in latencies.items()) + f"; median {v:.0f}",
                 row, chain_clock))
         fractions = chain_serial_fractions(steps)
@@ -2449,7 +2516,8 @@ def mapping(rows):
             earlier = ", ".join(f"{k} {x:.2f}" for k, x in serial.items())
             out[("units", "tensor_alu_serial_fraction")] = (round(v, 2), cite(
                 "the same dot_chain kernel with 2 and 4 CTAs per SM (the SM saturated) takes its "
-                "products plus f x its softmax, the parts at the rates measured here; f per shape "
+                "products plus f x its softmax (its exp2s, then its other instructions, as its sm_90 "
+                "loop has them), the parts at the rates measured here; f per shape "
                 + ", ".join(f"{k} {x:.2f}" for k, x in fractions.items()) + f"; median {v:.2f}. "
                 "(dot_exp_overlap, with exp2-only or FMA-only CTAs beside product-only CTAs, gave "
                 + (earlier or "no rows") + ": separate streams of back-to-back MUFU or FFMA "
@@ -2704,6 +2772,10 @@ def main(argv=None) -> int:
                    help="a run's calibration CSV; repeat for repeated runs (each key: the median run's row)")
     p.add_argument("--csv", default=DEFAULT_CSV)
     p.set_defaults(func=cmd_merge)
+    p = sub.add_parser("loops", help="cross-compile the dot_chain kernels for sm_90 here and write their loops' "
+                                     "instruction counts (the profile's reduction reads them)")
+    p.add_argument("--out", default=DOT_CHAIN_LOOPS)
+    p.set_defaults(func=cmd_loops)
     p = sub.add_parser("profile", help="write the measured profile from the CSV")
     p.add_argument("--csv", default=DEFAULT_CSV)
     p.add_argument("--out", default=DEFAULT_PROFILE)

@@ -40,8 +40,11 @@ def _chain_schedule(bm, bn, d, warps, grid, regs, smem):
     from algorithms.problem import AttentionProblem
     from algorithms.schedule import CtaProgram, Launch, Role, Schedule, pipelined_loop
 
+    from experiments.calibrate import dot_chain_loop
     roles = warps // 4
-    chain = step_ops("bf16", "wgmma", bm // roles, bn, d)
+    # its instructions a step as ptxas compiled them, as fa2's come from its probe table
+    issued = dot_chain_loop(bm, bn, d, warps)["issue"] * 4 * 32
+    chain = step_ops("bf16", "wgmma", bm // roles, bn, d, issued=issued)
 
     def compute(i):
         return chain
@@ -121,9 +124,10 @@ def _softmax_mix_rows():
 
 
 def test_exp2_runs_beside_the_other_instructions():
-    """What fa2's steps assume (algorithms/fa2.step_ops: the MUFU and the issue
-    slots side by side, the step taking the longer): calibrate.py softmax_mix,
-    a flash step's elementwise part alone, takes no longer with its exp2s than
+    """What fa2's steps assume across CTAs (algorithms/fa2.step_ops: a step's
+    other instructions and then its exp2s, each on its SM-wide unit, so
+    CTAs in different phases keep both busy): calibrate.py softmax_mix, a
+    flash step's elementwise part alone, takes no longer with its exp2s than
     with an FFMA in each one's place once 9-16 CTAs share an SM, though the
     MUFU's own time (instructions x 32 lanes / 16 a clock) is 80-90% of the
     issue slots'. At the same occupancy the loop takes 1.4x its issue slots

@@ -8,7 +8,7 @@ import pytest
 import algorithms
 from algorithms.accounting import count
 from algorithms.errors import InvalidConfig, UnsupportedAlgorithm
-from algorithms.ops import TMA, DescriptorSetup, Exp, Load, Loop, Mma, MmaWait, Wait, walk
+from algorithms.ops import TMA, Alu, DescriptorSetup, Load, Loop, Mma, MmaWait, Wait, walk
 from algorithms.problem import AttentionProblem, TileConfig
 from gpusim import predict
 from gpusim.cli import main
@@ -97,9 +97,9 @@ def test_fp8_runs_the_bf16_loops_leaving_p_v_running():
         pv = max(k for k, op in enumerate(body) if isinstance(op, Mma))
         assert not any(isinstance(op, MmaWait) for op in body[pv + 1:])
     bf16_steps = [op for it in _roles(PROBLEM)[1][0].items if isinstance(it, Loop)
-                  for op in it.body(0) if isinstance(op, Exp)]
-    fp8_steps = [op for it in loops for op in it.body(0) if isinstance(op, Exp)]
-    assert [a.alu_flops > b.alu_flops for a, b in zip(fp8_steps, bf16_steps)] == [True, True]
+                  for op in it.body(0) if isinstance(op, Alu)]
+    fp8_steps = [op for it in loops for op in it.body(0) if isinstance(op, Alu)]
+    assert [a.flops > b.flops for a, b in zip(fp8_steps, bf16_steps)] == [True, True]
 
 
 def test_refuses_bad_configs_and_non_hopper_gpus():

@@ -159,25 +159,29 @@ def test_fa2_schedule_waits_out_the_stalls_outside_its_loops():
 
 def test_fa2_schedule_charges_the_compiled_instructions():
     """On Hopper a step's elementwise work is the compiled loop's instructions
-    (per warp, x 32 lanes, x the role's warps), masked steps the masked loop's;
-    on Ampere (another build) the estimate from the softmax's arithmetic."""
+    (per warp, x 32 lanes, x the role's warps), masked steps the masked loop's:
+    its exp2s on the MUFU, then the rest on the issue slots (an Alu op before
+    the Exp); on Ampere (another build) the estimate from the softmax's arithmetic."""
     import algorithms
     from algorithms.compiled import fa2_compiled
-    from algorithms.ops import Exp, Loop, walk
+    from algorithms.ops import Alu, Exp, Loop, walk
 
     problem = AttentionProblem(1, 4, 1024, 64, causal=True)
     tile = TileConfig(block_m=64, block_n=64, num_warps=8, num_stages=3)
     compiled = fa2_compiled(problem, tile)
 
-    def exp_alu(hopper, loop_name):
+    def elementwise(hopper, loop_name):
         role = algorithms.build("fa2", problem, tile, hopper=hopper).launches[0].program(5).roles[1]
         loop = next(it for it in role.items if isinstance(it, Loop) and it.name == loop_name)
-        return next(op.alu_flops for op in walk(loop.body(0)) if isinstance(op, Exp))
+        ops = list(walk(loop.body(0)))
+        k = next(i for i, op in enumerate(ops) if isinstance(op, Exp))
+        assert isinstance(ops[k - 1], Alu) and ops[k].alu_flops == 0   # one after the other
+        return ops[k - 1].flops + ops[k].count
 
     lanes = 4 * 32   # a role is one warpgroup
-    assert exp_alu(True, "kv") == compiled.issue * lanes
-    assert exp_alu(True, "kv_masked") == compiled.issue_masked * lanes
-    assert exp_alu(False, "kv") not in (compiled.issue * lanes, compiled.issue_masked * lanes)
+    assert elementwise(True, "kv") == compiled.issue * lanes
+    assert elementwise(True, "kv_masked") == compiled.issue_masked * lanes
+    assert elementwise(False, "kv") not in (compiled.issue * lanes, compiled.issue_masked * lanes)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])

@@ -55,6 +55,7 @@ fast=False simulates every operation; tests hold the two paths together.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from bisect import bisect_left, insort
 from heapq import heappop, heappush
 from itertools import chain
 from math import inf
@@ -1474,12 +1475,14 @@ class Engine:
 class _ClassStats:
     """Real CTAs of one cost class: their durations and summed work."""
 
-    __slots__ = ("wave", "samples", "running", "work", "count", "exact", "steady", "latched")
+    __slots__ = ("wave", "samples", "running", "work", "count", "exact", "steady", "latched", "_done")
 
     def __init__(self, wave: int):
         self.wave = wave                   # of its CTAs running at once (Engine's launch state)
-        self.samples: list[tuple[float, float]] = []   # (start, duration) of CTAs started under steady contention
-        self.running: list[float] = []     # starts of such CTAs still running
+        # (start, duration) of CTAs started under steady contention, in start order
+        self.samples: list[tuple[float, float]] = []
+        self.running: list[float] = []     # starts of such CTAs still running, in start order
+        self._done = (-1, [], [])          # _complete's last answer, by its count of samples
         self.work = [0.0] * N_COUNTERS     # of every real CTA
         self.count = 0
         self.exact = (0.0, 0.0, 0.0)
@@ -1488,7 +1491,7 @@ class _ClassStats:
 
     def add(self, start: float, duration: float, totals, warm: bool) -> None:
         if warm:
-            self.samples.append((start, duration))
+            insort(self.samples, (start, duration))
             self.running.remove(start)
         self.count += 1
         for s in range(N_COUNTERS):
@@ -1502,11 +1505,12 @@ class _ClassStats:
         shortest: fa2 64x128 w4 s2 B1 H16 N16k D128 (one CTA an SM, one class)
         turned steady on four CTAs of 166 us while the rest of their wave took
         261, and its fast path came out 28% under the full simulation."""
-        done = sorted(self.samples)
-        if self.running:
-            first_running = min(self.running)
-            done = [s for s in done if s[0] < first_running]
-        return [s for s, _ in done], [d for _, d in done]
+        # (CTAs start in time order: the first still running is running[0])
+        n = bisect_left(self.samples, (self.running[0],)) if self.running else len(self.samples)
+        if n != self._done[0]:
+            done = self.samples[:n]
+            self._done = (n, [s for s, _ in done], [d for _, d in done])
+        return self._done[1], self._done[2]
 
     def ready(self) -> bool:
         """Steady once the CTAs started under steady contention agree: the

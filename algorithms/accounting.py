@@ -98,7 +98,6 @@ def _walk_into(items, acc: LaunchCounts, mult: int) -> None:
             acc.store_bytes[op.tile.tensor] += op.nbytes * mult
         elif kind is Exp:
             acc.flops_exp += op.count * mult
-            acc.flops_alu += op.alu_flops * mult
         elif kind is Alu:
             acc.flops_alu += op.flops * mult
         elif kind is SmemIO:

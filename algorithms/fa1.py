@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .errors import InvalidConfig
-from .ops import Exp, Load, Mma, SmemIO, StepLatency, Store, SyncThreads, Tile
+from .ops import Alu, Exp, Load, Mma, SmemIO, StepLatency, Store, SyncThreads, Tile
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import attention_tensors, CtaProgram, Launch, Loop, Role, Schedule, TensorSpec, head_layout
 from .smem import check_fits_block, registers_per_thread
@@ -159,7 +159,8 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                     alu += scores * ALU_PER_MASKED_SCORE
                 return [*loads,
                         Mma(bm, bn, d, p.dtype, cfg.mma),   # each warp: bm x (bn/w) of S
-                        Exp(scores + bm, alu_flops=alu),
+                        Alu(alu),                           # then the exp2s, as fa2.step_ops
+                        Exp(scores + bm),
                         StepLatency(),                      # the chain's round trip
                         Mma(bm, d, bn, p.dtype, cfg.mma),   # each warp: partial P V
                         SmemIO(combine_io),                 # split-K combine

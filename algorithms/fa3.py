@@ -152,8 +152,10 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
 
     # a consumer's softmax ops per step, unmasked and masked (one op each for every step alike)
     scores = rows * bn
-    softmax_ops = {masked: (Exp(scores + rows, alu_flops=scores * ALU_PER_SCORE + rows * d * ALU_PER_ACC
+    # (its other instructions, then its exp2s, as fa2's steps: algorithms/fa2.step_ops)
+    softmax_ops = {masked: (Alu(scores * ALU_PER_SCORE + rows * d * ALU_PER_ACC
                                 + (scores * ALU_PER_MASKED_SCORE if masked else 0)),
+                            Exp(scores + rows),
                             StepLatency())
                    for masked in (False, True)}
 

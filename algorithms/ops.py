@@ -104,13 +104,12 @@ class MmaWait:
 
 @dataclass(frozen=True, slots=True)
 class Exp:
-    """`count` exponentials (exp2) on the special-function unit, interleaved in
-    the same instruction stream with `alu_flops` FMA-pipe operations (the
-    softmax's max, scale, sum and conversions): the two pipes run side by side,
-    so the op lasts as long as the slower of the two."""
+    """`count` exponentials (exp2) on the special-function unit. A softmax's
+    other instructions (max, scale, sum, conversions) are an Alu op before it:
+    within a warp the two run in dependent phases, one after the other
+    (algorithms/fa2.step_ops); other warps' phases overlap them."""
 
     count: int
-    alu_flops: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -206,13 +206,15 @@ def _softmax_launch(p: AttentionProblem) -> Launch:
     # visible(r) of every row, once: it is each CTA's cost class, which the
     # engine asks for every CTA it batches (262k CTAs at B1 H16 N16k)
     visible_of = [visible(r) for r in range(p.seqlen_q)]
-    exp = Exp(n, alu_flops=alu)     # every lane, masked or not (one op for every CTA)
+    # every lane, masked or not (one op each for every CTA); its other
+    # instructions, then its exp2s, as fa2.step_ops
+    elementwise = (Alu(alu), Exp(n))
 
     def program(cta: int) -> CtaProgram:
         r, pair = cta % p.seqlen_q, cta // p.seqlen_q
         b, h = divmod(pair, p.heads)
         items = (plain_load(Tile("S", b, h, r, -1), visible_of[r] * e),  # col -1: a whole row
-                 exp,
+                 *elementwise,
                  Store(Tile("P", b, h, r, -1), n * e))                  # zeros right of the mask too
         return CtaProgram((Role("warps", warps, items),))
 

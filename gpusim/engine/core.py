@@ -423,12 +423,6 @@ class Engine:
     def _exp(self, op: Exp, role, cta):
         work = op.count / (self.exp_rate * role.factor)
         end = self._unit(cta.sm.sfu, SFU, work, role, cta, "exp2")
-        if op.alu_flops:
-            alu_work = op.alu_flops / (self.alu_rate * role.factor)
-            end = max(end, self._unit(cta.sm.alu, ALU, alu_work, role, cta, "alu"))
-            # the two pipes run side by side; the tensor cores are blocked for the
-            # measured fraction of the time the elementwise work takes
-            work = max(work, alu_work)
         self._block_tensor_cores(work, role, cta)
         return self.env.timeout(end - self.env._now)
 
@@ -477,19 +471,6 @@ class Engine:
         end = server.free_at
         end = server.free_at = (end if end > now else now) + work
         c[SFU] += work
-        if op.alu_flops:
-            alu_work = op.alu_flops / (self.alu_rate * role.factor)
-            server = sm.alu
-            server.busy += alu_work
-            if server._bg and now > server._bg_since:
-                server._queue_background(now)
-            alu_end = server.free_at
-            alu_end = server.free_at = (alu_end if alu_end > now else now) + alu_work
-            c[ALU] += alu_work
-            if alu_end > end:
-                end = alu_end
-            if alu_work > work:
-                work = alu_work
         if self.tensor_alu_serial:
             blocked = work * self.tensor_alu_serial
             sm.tensor.serve(now, blocked)

@@ -41,8 +41,8 @@ Fast path (fast=True), in two levels, both extrapolating measured time:
    (Launch.cost_key) that started under steady contention -- after the first
    wave, with L2 settled (full, and rid of an earlier launch's dirty tiles)
    -- have ended (with none started before them still running) and take the
-   same time, later CTAs of that class hold their slot for that time with their mean work as
-   background load, in batches over long runs (at most a slot's share of the
+   same time, later CTAs of that class hold their slot for that time with
+   their mean work as background load, in batches over long runs (at most a slot's share of the
    remaining CTAs, in number and in time); a batch ends when its SM's
    units have served it, the launch when L2 and HBM have served all of it.
    The launch's last wave is simulated: its CTAs run as the slots empty.

@@ -2259,18 +2259,22 @@ def tensor_alu_serial_fractions(rows):
 DOT_CHAIN_LOOPS = os.path.join(ROOT, "experiments", "results", "dot_chain_loops_sm90.csv")
 
 
-def compile_dot_chain_loop(bm: int, bn: int, d: int, warps: int) -> dict:
-    """The dot_chain kernel's loop as ptxas compiles it for sm_90 (cross-compiled
-    here, as bench_dot_chain launches it): per warp and trip, the instructions
-    it issues besides its wgmma ('issue'), of which MUFU ('mufu'), and the
-    stall clocks ptxas scheduled ('stall_clocks'); kernels/sass.py."""
-    from kernels import sass
+def compile_dot_chain(bm: int, bn: int, d: int, warps: int):
+    """The dot_chain kernel cross-compiled for sm_90 here, as bench_dot_chain launches it."""
     sig = {"A": "*bf16", "B": "*bf16", "V": "*bf16", "C": "*fp32", "iters": "i32", "CLK": "*i64",
            "STAMPS": "*i64", "first": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
            "D": "constexpr", "CLOCKED": "constexpr", "PHASE_STEPS": "constexpr"}
-    compiled = compile_sm90(triton_kernels()["dot_chain"], sig,
-                            dict(BM=bm, BN=bn, BK=d, D=d, CLOCKED=True, PHASE_STEPS=0), warps=warps, stages=1)
-    parts = sass.tensor_loop_parts(sass.cuobjdump(compiled, "-sass"))
+    return compile_sm90(triton_kernels()["dot_chain"], sig,
+                        dict(BM=bm, BN=bn, BK=d, D=d, CLOCKED=True, PHASE_STEPS=0), warps=warps, stages=1)
+
+
+def compile_dot_chain_loop(bm: int, bn: int, d: int, warps: int) -> dict:
+    """The dot_chain kernel's loop as ptxas compiles it for sm_90
+    (compile_dot_chain): per warp and trip, the instructions it issues
+    besides its wgmma ('issue'), of which MUFU ('mufu'), and the stall
+    clocks ptxas scheduled ('stall_clocks'); kernels/sass.py."""
+    from kernels import sass
+    parts = sass.tensor_loop_parts(sass.cuobjdump(compile_dot_chain(bm, bn, d, warps), "-sass"))
     if not parts:
         raise RuntimeError(f"dot_chain {bm}x{bn}x{d} w{warps}: no tensor loop in its sm_90 SASS")
     return parts[0]

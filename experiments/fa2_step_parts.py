@@ -125,21 +125,15 @@ def dot_chain_one_cta(calibration: list[dict]) -> list[dict]:
     """The one-CTA 4-warp dot_chain rows: cycles a step, the softmax chain's
     stall clocks (cross-compiled here) and the flop a clock the products
     must then reach at least."""
-    from experiments.calibrate import compile_sm90, triton_kernels
+    from experiments.calibrate import compile_dot_chain
     from kernels import sass
 
-    fn = triton_kernels()["dot_chain"]
     out = []
     for r in calibration:
         if r["bench"] != "dot_chain_cta_cycles" or not r["param"].endswith("_w4_x1"):
             continue
         bm, bn, d = map(int, r["param"].split("_")[0].split("x"))
-        sig = {"A": "*bf16", "B": "*bf16", "V": "*bf16", "C": "*fp32", "iters": "i32", "CLK": "*i64",
-               "STAMPS": "*i64", "first": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
-               "D": "constexpr", "CLOCKED": "constexpr", "PHASE_STEPS": "constexpr"}
-        compiled = compile_sm90(fn, sig, dict(BM=bm, BN=bn, BK=d, D=d, CLOCKED=True, PHASE_STEPS=0),
-                                warps=4, stages=1)
-        chain = softmax_chain_clocks(sass.cuobjdump(compiled, "-sass") or "")
+        chain = softmax_chain_clocks(sass.cuobjdump(compile_dot_chain(bm, bn, d, 4), "-sass") or "")
         if chain is None:
             continue
         cycles = float(r["value"])

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .errors import InvalidConfig
-from .ops import Alu, Exp, Load, Mma, SmemIO, StepLatency, Store, SyncThreads, Tile
+from .ops import Alu, Exp, Load, Mma, SmemIO, StepLatency, Store, SyncThreads, Tile, spanned
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import attention_tensors, CtaProgram, Launch, Loop, Role, Schedule, TensorSpec, head_layout
 from .smem import check_fits_block, registers_per_thread
@@ -73,21 +73,24 @@ def paper_block_sizes(sram_bytes: int, head_dim: int, elem_bytes: int) -> tuple[
 
 class _Blocks:
     """Loop.accesses of the inner loop at K/V block j (its steps k are Q
-    blocks first + k): window(first, count), steps first .. first + count - 1's
-    step_memory chained, cut from the CTA's sequences (blocks_memory) rather
-    than built step by step when the engine replays skipped steps."""
+    blocks first + k): spans(first, count), steps first .. first + count - 1's
+    step_memory chained, as slices of the CTA's sequences (blocks_spans)
+    rather than built step by step when the engine replays skipped steps."""
 
-    __slots__ = ("blocks_memory", "j", "first", "trips")
+    __slots__ = ("blocks_spans", "j", "first", "trips")
 
-    def __init__(self, blocks_memory, j: int, first: int, trips: int):
-        self.blocks_memory, self.j, self.first, self.trips = blocks_memory, j, first, trips
+    def __init__(self, blocks_spans, j: int, first: int, trips: int):
+        self.blocks_spans, self.j, self.first, self.trips = blocks_spans, j, first, trips
 
     def __call__(self) -> list:
         return self.window(0, self.trips)
 
     def window(self, first: int, count: int) -> list:
+        return spanned(self.spans(first, count))
+
+    def spans(self, first: int, count: int) -> list[tuple]:
         lo = self.first + first
-        return self.blocks_memory(self.j, lo, lo + count)
+        return self.blocks_spans(self.j, lo, lo + count)
 
 
 def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
@@ -131,9 +134,15 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
             # running O, l, m) and writes at K/V block j
             return reads[i][:4 if j > 0 else 1], final[i] if j == last_of[i] else running[i]
 
+        kv_blocks: dict[int, list] = {}      # j -> K_j, V_j's loads, built once (Loop.spans keeps them)
+
         def kv_loads(j: int):
-            rows_k = min(bn, p.seqlen_kv - j * bn)
-            return [Load(Tile("K", b, kvh, j), rows_k * d * e), Load(Tile("V", b, kvh, j), rows_k * d * e)]
+            pair = kv_blocks.get(j)
+            if pair is None:
+                rows_k = min(bn, p.seqlen_kv - j * bn)
+                pair = kv_blocks[j] = [Load(Tile("K", b, kvh, j), rows_k * d * e),
+                                       Load(Tile("V", b, kvh, j), rows_k * d * e)]
+            return pair
 
         def inner(j: int):
             i0 = first_q_block(p, bm, bn, j)
@@ -178,7 +187,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
 
             return [*kv_loads(j), SyncThreads(),
                     Loop("q", n_qb - i0, step, step_key, memory=step_memory,
-                         accesses=_Blocks(blocks_memory, j, i0, n_qb - i0))]
+                         accesses=_Blocks(blocks_spans, j, i0, n_qb - i0))]
 
         def outer_key(j: int):
             # Outer iterations cost the same when their inner loops do: same
@@ -198,35 +207,41 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
         for i in range(n_qb):
             at.append(at[-1] + len(reads[i]) + len(running[i]))
 
-        def blocks_memory(j: int, lo: int, hi: int) -> list:
+        def blocks_spans(j: int, lo: int, hi: int) -> list[tuple]:
             """Q blocks lo .. hi - 1's accesses at K/V block j (step_memory
-            chained), the blocks between two that finish at j in one slice
-            of `steady`."""
-            ops: list = []
+            chained) as Loop.spans: slices of the CTA's lists, the blocks
+            between two that finish at j in one slice of `steady`."""
             if j == 0:
+                spans = []
                 for i in range(lo, hi):
-                    loads, stores = accesses(j, i)
-                    ops += loads
-                    ops += stores
-                return ops
+                    stores = final[i] if j == last_of[i] else running[i]
+                    spans += [(reads[i], 0, 1), (stores, 0, len(stores))]
+                return spans
+            spans = []
             start = lo
             for i in finishing_blocks.get(j, ()):
                 if i < lo or i >= hi:
                     continue
-                ops += steady[at[start]:at[i]]
-                ops += reads[i]
-                ops += final[i]
+                spans += [(steady, at[start], at[i]), (reads[i], 0, len(reads[i])), (final[i], 0, len(final[i]))]
                 start = i + 1
-            ops += steady[at[start]:at[hi]]
-            return ops
+            spans.append((steady, at[start], at[hi]))
+            return spans
+
+        def outer_spans(first: int, count: int) -> list[tuple]:
+            # whole K/V blocks' accesses, for skips of the outer loop: their
+            # inner loops' step_memory for every step, cut without the loops
+            # (FA1 N16k replays 7 million accesses)
+            spans = []
+            for j in range(first, first + count):
+                spans.append((kv_loads(j), 0, 2))
+                spans += blocks_spans(j, first_q_block(p, bm, bn, j), n_qb)
+            return spans
 
         def outer_memory(j: int):
-            # a whole K/V block's accesses, for skips of the outer loop: its
-            # inner loop's step_memory for every step, built without the loop
-            # (FA1 N16k replays 7 million accesses)
-            return kv_loads(j) + blocks_memory(j, first_q_block(p, bm, bn, j), n_qb)
+            return spanned(outer_spans(j, 1))
 
-        return CtaProgram((Role("warps", w, (Loop("kv", n_kb, inner, outer_key, memory=outer_memory),)),))
+        return CtaProgram((Role("warps", w, (Loop("kv", n_kb, inner, outer_key, memory=outer_memory,
+                                                 spans=outer_spans),)),))
 
     regs = registers_per_thread(cfg.threads, fp32_values=bm * d + bm * bn, packed16_values=bm * bn)
     launch = Launch("fa1_fwd", bh, cfg.threads, smem_bytes(p, cfg), regs, program,

@@ -208,8 +208,15 @@ class Loop:
     # accesses(): every iteration's memory(i) in order, as one sequence that
     # loops of other CTAs touching the same tiles in the same order share
     # (shared_accesses); the engine replays a ghost CTA's loop, and a skipped
-    # run of iterations (accesses.window), from it.
+    # run of iterations (accesses.spans), from it.
     accesses: "SharedAccesses | None" = None
+    # spans(first, count): iterations first .. first + count - 1's memory(i)
+    # chained, as slices (seq, lo, hi) of sequences that live, unchanged, as
+    # long as the schedule: the engine encodes each of them once for its L2
+    # (a skipped run of FA1's outer loop replays 1.8k accesses a K/V block,
+    # cut from the same few lists of its CTA). None: from accesses, else
+    # from memory(i).
+    spans: Callable[[int, int], list] | None = None
 
 
 Item = Union[Op, Loop]
@@ -248,6 +255,16 @@ class SharedAccesses:
     def window(self, first: int, count: int) -> Sequence[Item]:
         ops, offsets = self._built()
         return ops[offsets[first]:offsets[first + count]]
+
+    def spans(self, first: int, count: int) -> list[tuple]:
+        """window(first, count) as Loop.spans gives it: one slice of the sequence."""
+        ops, offsets = self._built()
+        return [(ops, offsets[first], offsets[first + count])]
+
+
+def spanned(spans) -> list:
+    """The ops of Loop.spans' slices, one after the other."""
+    return [op for seq, lo, hi in spans for op in seq[lo:hi]]
 
 
 class PrefixAccesses(SharedAccesses):

@@ -6,7 +6,7 @@ from algorithms.accounting import count
 from algorithms.fa1 import last_kv_block, paper_block_sizes
 from algorithms.compiled import fa2_spills
 from algorithms.errors import GpusimError
-from algorithms.ops import Loop
+from algorithms.ops import Loop, spanned
 from algorithms import standard
 from algorithms.fa2 import kv_trips
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
@@ -94,6 +94,22 @@ def test_fa1_round_trips_o_l_m_for_every_kv_block(p, cfg):
     assert c.load_bytes.get("l", 0) == c.load_bytes.get("m", 0) == (tc - 1) * rows * 4
     assert c.store_bytes.get("O_acc", 0) == (tc - 1) * rows * d * 4
     assert c.store_bytes["O"] == rows * d * e
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems(), configs(), st.data())
+def test_fa1_loops_spans_are_their_own_accesses(p, cfg, data):
+    """What the engine replays for a skipped run of FA1's outer loop (Loop.spans)
+    or inner loop (its accesses' spans): the run's iterations' memory(i), in order."""
+    (role,) = algorithms.build("fa1", p, cfg).launches[0].program(0).roles
+    (outer,) = [it for it in role.items if isinstance(it, Loop)]
+    first = data.draw(st.integers(0, outer.trips - 1))
+    count = data.draw(st.integers(1, outer.trips - first))
+    assert spanned(outer.spans(first, count)) == [op for j in range(first, first + count) for op in outer.memory(j)]
+    (inner,) = [it for it in outer.body(first) if isinstance(it, Loop)]
+    lo = data.draw(st.integers(0, inner.trips - 1))
+    n = data.draw(st.integers(1, inner.trips - lo))
+    assert spanned(inner.accesses.spans(lo, n)) == [op for k in range(lo, lo + n) for op in inner.memory(k)]
 
 
 @settings(max_examples=40, deadline=None)
@@ -203,7 +219,7 @@ def test_fa2_runs_its_unmasked_and_masked_blocks_in_two_loops(p, cfg, warps):
     first loop over the blocks that need no mask, then one over those that
     do; together the K/V blocks the Q block visits, in order."""
     from algorithms.fa2 import block_is_masked, first_masked_block, locate_q_block
-    from algorithms.ops import Loop
+    from algorithms.ops import Loop, spanned
 
     cfg = cfg.with_(num_warps=warps)
     launch = algorithms.build("fa2", p, cfg).launches[0]
@@ -255,10 +271,11 @@ def test_shared_loop_accesses_are_the_loops_own(p, cfg, warps, algo):
                     own = tuple(op for i in range(item.trips) for op in item.memory(i))
                     shared = item.accesses()
                     assert tuple(shared) == own
-                    # a skipped run's window is its iterations' own accesses
+                    # a skipped run's window, and its spans, are its iterations' own accesses
                     first, count = item.trips // 3, (item.trips + 1) // 2
-                    assert tuple(item.accesses.window(first, count)) == tuple(
-                        op for i in range(first, first + count) for op in item.memory(i))
+                    window = tuple(op for i in range(first, first + count) for op in item.memory(i))
+                    assert tuple(item.accesses.window(first, count)) == window
+                    assert tuple(spanned(item.accesses.spans(first, count))) == window
                     seen.setdefault(id(shared), set()).add(cta)
     if not p.causal and p.seqlen_q > 2 * cfg.block_m and seen:
         assert max(len(ctas) for ctas in seen.values()) > 1

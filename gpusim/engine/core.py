@@ -59,7 +59,6 @@ from bisect import bisect_left, insort
 from heapq import heappop, heappush
 from itertools import chain
 from math import inf
-from operator import itemgetter
 
 import simpy
 from simpy.events import NORMAL, Initialize, Process, Timeout
@@ -127,7 +126,6 @@ HBM_PACED = 0.9
 # did (tried) made those -4.3%, +1.3%, +0.8% and the 1.02x case worse: not kept.
 ROUND_TRIP_BAND = 0.25
 
-_TILE = itemgetter(0)     # a Load's tile
 
 
 @dataclass
@@ -904,11 +902,13 @@ class Engine:
         (Loop.memory: the pipelined K/V and GEMM loops, whose tiles other
         CTAs share, and FA1's loops, whose running O/l/m a CTA rewrites)."""
         now = self.env._now
-        if loop.accesses is not None:   # a slice of the shared sequence, not rebuilt
-            accesses = loop.accesses.window(first, count)
+        # slices of sequences the schedule keeps, not rebuilt (their tiles encoded once)
+        spans = (loop.accesses.spans(first, count) if loop.accesses is not None
+                 else loop.spans(first, count) if loop.spans is not None else None)
+        if spans is not None:
+            missed = self.mem.touch_spans(now, until, spans)
         else:
-            accesses = chain.from_iterable(map(loop.memory, range(first, first + count)))
-        missed = self.mem.touch(now, until, accesses)
+            missed = self.mem.touch(now, until, chain.from_iterable(map(loop.memory, range(first, first + count))))
         self.mem.hbm.add_background(now, until, missed * self.mem.hbm_s_per_byte, sm.port)
         return missed
 
@@ -1255,10 +1255,12 @@ class Engine:
         (Each CTA cut into the pieces instead, a batch of a thousand short
         CTAs read all its rows in one piece, a burst eight times their
         rate.)"""
-        # Each piece: tile -> load, in the order the tiles first come up (a
-        # tile the batch's CTAs share is touched once a piece: the first
-        # fetches it, the others would only refresh it; fa2 N16k: a K/V tile
-        # comes up 2-10 times a piece).
+        # Each piece: tile -> its load's bytes, in the order the tiles first
+        # come up (a tile the batch's CTAs share is touched once a piece: the
+        # first fetches it, the others would only refresh it; fa2 N16k: a K/V
+        # tile comes up 2-10 times a piece). Tiles by their L2 ids
+        # (MemorySystem.encode), a shared sequence's encoded once: hundreds
+        # of thousands of loads pass here in a causal 16k prediction.
         pieces: list[dict] = [{} for _ in range(REPLAY_CHUNKS)]
         # The CTAs of a head stream one shared K/V sequence (Loop.accesses).
         # Where a CTA's loads lie out as an earlier one's -- as many, the same
@@ -1279,21 +1281,23 @@ class Engine:
                     for seq, at, shared in segments:
                         if shared:
                             continue
-                        for k, op in enumerate(seq, at):
+                        ids, nbytes, _ = self.mem.encode(seq)
+                        for k, (i, nb) in enumerate(zip(ids.tolist(), nbytes.tolist()), at):
                             while bounds[c + 1] <= k:
                                 c += 1
-                            pieces[c][op.tile] = op
+                            pieces[c][i] = nb
                     continue
                 laid_out.add(layout)
-                ops = [op for seq, _, _ in segments for op in seq] if len(segments) > 1 else segments[0][0]
-                for c, piece in enumerate(pieces):
-                    part = ops[bounds[c]:bounds[c + 1]]
-                    piece.update(zip(map(_TILE, part), part))   # (piece[op.tile] = op for each, in C)
+                for seq, at, shared in segments:
+                    ids, nbytes, _ = (self.mem.encode_sequence if shared else self.mem.encode)(seq)
+                    for c, piece in enumerate(pieces):
+                        lo, hi = max(bounds[c], at) - at, min(bounds[c + 1], at + len(seq)) - at
+                        if hi > lo:     # (piece[i] = nb for each, in C)
+                            piece.update(zip(ids[lo:hi].tolist(), nbytes[lo:hi].tolist()))
         step, stored = duration / REPLAY_CHUNKS, stored / REPLAY_CHUNKS
         for c, tiles in enumerate(pieces):
-            piece = list(tiles.values())
             t = start + c * step
-            self.env.call_at(t, lambda _event, piece=piece, t=t: self._replay_piece(piece, t, t + step, stored))
+            self.env.call_at(t, lambda _event, tiles=tiles, t=t: self._replay_piece(tiles, t, t + step, stored))
 
     def _ghost_load_segments(self, items) -> tuple[list, int]:
         """A role program's Loads in program order (_accesses, Stores left
@@ -1334,8 +1338,9 @@ class Engine:
             n += len(own)
         return segments, n
 
-    def _replay_piece(self, piece, now: float, until: float, stored: float) -> None:
-        missed = self.mem.touch(now, until, piece)
+    def _replay_piece(self, tiles: dict, now: float, until: float, stored: float) -> None:
+        """A piece of ghost CTAs' loads (tile id -> bytes) through L2 at `now`."""
+        missed = self.mem.touch_loads(now, until, tiles)
         self.mem.pollute(now, until, 0.0, stored)
         if missed:
             self.mem.hbm.add_background(now, until, missed * self.mem.hbm_s_per_byte)

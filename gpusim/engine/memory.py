@@ -13,11 +13,18 @@ order. Latencies add after the bandwidth wait.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from operator import itemgetter
+
+import numpy as np
 
 from algorithms.ops import Store
 
+from . import l2_lines as lines_
+from .l2_lines import CAPACITY, CURRENT_LAUNCH, GEN, IN_FLIGHT, KEPT, NOT_KEPT, STALE_DIRTY, USED
 from .servers import Server, SharedServer
+
+# a Load's or Store's tile and bytes (named tuples: fields 0 and 1)
+_TILE, _NBYTES = itemgetter(0), itemgetter(1)
 
 # L2 counts as full above this share of its capacity, and as rid of an earlier
 # launch's dirty tiles below this share of it.
@@ -47,12 +54,6 @@ class _Arrival:
             self.then(self.at)
 
 
-def _dirty_bytes(size: int, dirty) -> int:
-    """A line's dirty field is True for a stored tile (all of it dirty) or,
-    for a phantom, the count of its bytes that are dirty."""
-    return size if dirty is True else dirty
-
-
 class MemorySystem:
     def __init__(self, gpu, env):
         clock = gpu.clock_hz
@@ -66,10 +67,19 @@ class MemorySystem:
         self.store_s_per_byte = 1.0 / (gpu.l2.sm_store_bytes_per_clk * clock)
         self.l2_latency = gpu.l2.hit_latency_cycles / clock
         self.dram_latency = gpu.hbm.latency_cycles / clock
-        # tile -> [nbytes, ready, dirty, launch]; ready is the time the tile
-        # is in L2, or while it is on its way from HBM, the list of its waiters
-        self.lines: OrderedDict = OrderedDict()
-        self.used = 0
+        # L2's lines (l2_lines.py): a row of _lines per tile id, ids from
+        # _ids (tile -> id, the phantoms' keys too; id 0 is the ring's
+        # sentinel), the scalars (bytes held, capacity, launch, stale dirty
+        # bytes) in _scalars; _evicted receives the dirty lines an insertion
+        # evicts. A tile on its way from HBM has its waiters in _waiting.
+        self._ids: dict = {}
+        self._lines = lines_.new_lines(1024)
+        self._evicted = np.zeros((1024, 2))
+        self._scalars = np.zeros(lines_.N_SCALARS)
+        self._scalars[CAPACITY] = self.capacity
+        self._waiting: dict[int, list] = {}
+        # encoded access sequences (encode_sequence), by id(sequence) (the entry holds the sequence)
+        self._encoded: dict[int, tuple] = {}
         self.requested = 0
         self.hit_bytes = 0
         self.hbm_read = 0
@@ -79,8 +89,6 @@ class MemorySystem:
         # window (background load) rather than requests queued now.
         self._spread_until: float | None = None
         self._spread_bytes = 0      # ... and the write-backs gathered so far
-        self.launch = 0          # lines remember the launch that brought them
-        self.stale_dirty = 0     # dirty bytes stored by earlier launches, still in L2
         # ... and the write-backs of those that have left: requests still in
         # flight, and the end of the windows fast-forwarded ones are spread over
         self.stale_in_flight = 0
@@ -92,6 +100,41 @@ class MemorySystem:
         # place, so their lines are kept clean rather than written back.
         self.scratch: set[str] = set()
 
+    # The scalars L2's lines keep (l2_lines.py), as attributes
+    @property
+    def used(self) -> int:
+        """Bytes of the lines in L2."""
+        return int(self._scalars[USED])
+
+    @property
+    def launch(self) -> int:
+        """The launch running now (lines remember the launch that brought them)."""
+        return int(self._scalars[CURRENT_LAUNCH])
+
+    @property
+    def stale_dirty(self) -> int:
+        """Dirty bytes stored by earlier launches, still in L2."""
+        return int(self._scalars[STALE_DIRTY])
+
+    def _id(self, tile) -> int:
+        """The row of `tile` in L2's lines (a new one for a tile never seen)."""
+        i = self._ids.get(tile)
+        if i is None:
+            i = self._ids[tile] = len(self._ids) + 1
+            if i >= len(self._lines):
+                self._grow(2 * i)
+        return i
+
+    def _grow(self, rows: int) -> None:
+        self._lines = lines_.grown(self._lines, rows)
+        self._evicted = np.zeros((rows, 2))
+
+    def _write_backs(self, now: float, count: int) -> None:
+        """The `count` dirty lines an insertion just evicted go to HBM."""
+        evicted = self._evicted
+        for k in range(count):
+            self._write_back(now, int(evicted[k, 0]), evicted[k, 1] != 0.0)
+
     def load(self, now: float, port: Server, tile, nbytes: int, then) -> bool:
         """Bytes of `tile` to an SM whose L2 port is `port`; then(t) learns
         when they arrive (t >= the time it is called). Returns whether L2 had
@@ -99,17 +142,17 @@ class MemorySystem:
         passes, unwaited; a hit on a tile still on its way waits for it."""
         self.requested += nbytes
         t_port = port.serve(now, nbytes * self.port_s_per_byte)
-        lines = self.lines
-        line = lines.get(tile)
-        if line is not None:
-            lines.move_to_end(tile)
+        i = self._ids.get(tile)
+        if i is None:
+            i = self._id(tile)
+        ready = lines_.load(self._lines, self._scalars, self._evicted, i, nbytes)
+        if ready >= 0.0 or ready == IN_FLIGHT:
             self.hit_bytes += nbytes
-            ready = line[1]
             latency = self.l2_latency
             floor = t_port + latency
-            if ready.__class__ is list:         # in flight: its waiters
+            if ready == IN_FLIGHT:
                 arrival = _Arrival(2, floor, latency, then)
-                ready.append(arrival.ready)
+                self._waiting[i].append(arrival.ready)
             else:
                 arrival = _Arrival(1, ready if ready > floor else floor, latency, then)
             self.l2.request(now, nbytes * self.l2_s_per_byte, arrival.served, port)
@@ -117,23 +160,21 @@ class MemorySystem:
         self.hbm_read += nbytes
         self.l2.request(now, nbytes * self.l2_s_per_byte, None, port)
         waiters: list = []
-        if nbytes > self.capacity:
-            line = None     # (_insert keeps nothing: a clean tile larger than L2)
-        else:
-            # self._insert(now, tile, nbytes, waiters, False), inlined: the
-            # new line is the newest, so it outlives the evictions it causes
-            line = lines[tile] = [nbytes, waiters, False, self.launch]
-            used = self.used + nbytes
-            if used > self.capacity:
-                self._evict(now, used)
-            else:
-                self.used = used
+        gen = None      # (a clean tile larger than L2 is not kept)
+        if ready != NOT_KEPT:
+            # the new line is the newest, so it outlives the evictions it causes
+            gen = self._lines[i, GEN]
+            self._waiting[i] = waiters
+            if ready != KEPT:
+                self._write_backs(now, int(KEPT - ready))
         latency = self.dram_latency
 
         def landed(t: float) -> None:
             done = (t if t > t_port else t_port) + latency
-            if line is not None and line[1] is waiters:
-                line[1] = done
+            if gen is not None:
+                lines_.landed(self._lines, i, gen, done)
+                if self._waiting.get(i) is waiters:
+                    del self._waiting[i]
             for waiter in waiters:
                 waiter(done)
             then(done)
@@ -141,69 +182,66 @@ class MemorySystem:
         self.hbm.request(now, nbytes * self.hbm_s_per_byte, landed, port)
         return False
 
+    def encode(self, accesses) -> tuple:
+        """Loads and Stores as touch() takes them: (tile ids, bytes, codes).
+        (Field by field through C-level maps: a ghost batch's pieces pass
+        hundreds of thousands of loads, at 1.4 µs each op by op.)"""
+        ops = accesses if accesses.__class__ is list or accesses.__class__ is tuple else list(accesses)
+        tiles = list(map(_TILE, ops))
+        ids = list(map(self._ids.get, tiles))
+        if None in ids:     # tiles never seen: new rows
+            ids = [i if i is not None else self._id(tile) for i, tile in zip(ids, tiles)]
+        codes = np.zeros(len(ops), dtype=np.int8)
+        if Store in set(map(type, ops)):
+            scratch = self.scratch
+            for k, op in enumerate(ops):
+                if op.__class__ is Store:
+                    codes[k] = lines_.SCRATCH_STORE if op.tile[0] in scratch else lines_.STORE
+        return (np.array(ids, dtype=np.int64), np.fromiter(map(_NBYTES, ops), dtype=np.float64, count=len(ops)),
+                codes)
+
+    def encode_sequence(self, seq) -> tuple:
+        """encode(seq), kept: `seq` must outlive the run unchanged (a loop's
+        shared access sequence, a CTA's own lists of tiles)."""
+        known = self._encoded.get(id(seq))
+        if known is None:
+            known = self._encoded[id(seq)] = (seq, *self.encode(seq))
+        return known[1:]
+
     def touch(self, now: float, until: float, accesses) -> int:
         """Fast-forwarded loads and stores (Load and Store ops) in program
         order pass through L2 untimed (their time is extrapolated):
         hits refresh their tiles, misses insert them, stores dirty them, as
         real ones would -- so the CTAs beside them find the tiles they share
         (FA2's K/V) instead of an anonymous pollution. Write-backs they cause
-        are spread over [now, until]. Returns the bytes that missed.
+        are spread over [now, until]. Returns the bytes that missed."""
+        ids, nbytes, codes = self.encode(accesses)
+        return self._touch(now, until, ((ids, nbytes, codes, 0, len(ids)),))
 
-        The same bookkeeping as load/_write_tile/_insert/_write_back, inlined
-        into one loop: FA1 replays millions of accesses here (5.8 of a 6.9 s
-        N16k prediction went to the calls)."""
-        lines, capacity, launch = self.lines, self.capacity, self.launch
-        get, refresh, evict_oldest = lines.get, lines.move_to_end, lines.popitem
-        scratch = self.scratch
-        used = self.used
-        requested = hits = missed = written = 0
-        stale_dirty = self.stale_dirty
+    def touch_spans(self, now: float, until: float, spans) -> int:
+        """touch() of the accesses seq[lo:hi] for each (seq, lo, hi) of
+        `spans` in turn, their sequences encoded once (encode_sequence)."""
+        return self._touch(now, until, [(*self.encode_sequence(seq), lo, hi) for seq, lo, hi in spans if hi > lo])
+
+    def touch_loads(self, now: float, until: float, tiles: dict) -> int:
+        """touch() of loads given as {tile id: bytes} (ids from encode), in the dict's order."""
+        n = len(tiles)
+        ids = np.fromiter(tiles.keys(), dtype=np.int64, count=n)
+        nbytes = np.fromiter(tiles.values(), dtype=np.float64, count=n)
+        return self._touch(now, until, ((ids, nbytes, np.zeros(n, dtype=np.int8), 0, n),))
+
+    def _touch(self, now: float, until: float, encoded) -> int:
+        lines, scalars = self._lines, self._scalars
+        missed = written = 0
         stale_evicted = False
-        for op in accesses:
-            tile, nbytes = op.tile, op.nbytes
-            line = get(tile)
-            if op.__class__ is Store:
-                if line is not None:
-                    refresh(tile)
-                    if tile[0] in scratch:
-                        continue
-                    dirty = line[2]
-                    if dirty and line[3] != launch:
-                        stale_dirty -= line[0] if dirty is True else dirty
-                    line[2], line[3] = True, launch
-                    continue
-                dirty = tile[0] not in scratch
-                if nbytes > capacity:
-                    if dirty:
-                        written += nbytes
-                    continue
-            else:
-                requested += nbytes
-                if line is not None:
-                    refresh(tile)
-                    hits += nbytes
-                    continue
-                missed += nbytes
-                if nbytes > capacity:
-                    continue
-                dirty = False
-            # insert the tile, evicting the least recently used
-            lines[tile] = [nbytes, now, dirty, launch]
-            used += nbytes
-            while used > capacity:
-                _, (size, _, old_dirty, old_launch) = evict_oldest(last=False)
-                used -= size
-                if old_dirty:
-                    dirty_bytes = size if old_dirty is True else old_dirty
-                    if old_launch != launch:
-                        stale_dirty -= dirty_bytes
-                        stale_evicted = True
-                    written += dirty_bytes
-        self.used = used
-        self.requested += requested
-        self.hit_bytes += hits
+        for ids, nbytes, codes, lo, hi in encoded:
+            lines_.touch(lines, scalars, ids, nbytes, codes, lo, hi, now)
+            self.requested += int(scalars[lines_.T_REQUESTED])
+            self.hit_bytes += int(scalars[lines_.T_HITS])
+            missed += int(scalars[lines_.T_MISSED])
+            written += int(scalars[lines_.T_WRITTEN])
+            stale_evicted = stale_evicted or scalars[lines_.T_STALE_EVICTED] != 0.0
         self.hbm_read += missed
-        self.stale_dirty = stale_dirty
         if written:
             self.hbm_write += written
             self.hbm.add_background(now, until, written * self.hbm_s_per_byte)
@@ -224,47 +262,20 @@ class MemorySystem:
 
     def _write_tile(self, now: float, tile, nbytes: int) -> None:
         """A stored tile becomes dirty in L2 (and this launch's); scratch stays clean."""
-        line = self.lines.get(tile)
-        if tile[0] in self.scratch:
-            if line is None:
-                self._insert(now, tile, nbytes, now, False)
-            else:
-                self.lines.move_to_end(tile)
-            return
-        if line is None:
-            self._insert(now, tile, nbytes, now, True)
-            return
-        self.lines.move_to_end(tile)
-        if line[2] and line[3] != self.launch:
-            self.stale_dirty -= _dirty_bytes(line[0], line[2])
-        line[2], line[3] = True, self.launch
-
-    def _insert(self, now, tile, nbytes, ready, dirty) -> None:
-        if nbytes > self.capacity:
-            if dirty:
+        scratch = tile[0] in self.scratch
+        i = self._ids.get(tile)
+        if i is None:
+            i = self._id(tile)      # (before the arrays are passed: it may grow them)
+        evicted = lines_.store(self._lines, self._scalars, self._evicted, i, nbytes, scratch, now)
+        if evicted == lines_.TOO_LARGE:
+            if not scratch:
                 self._write_back(now, nbytes)
-            return
-        self.lines[tile] = [nbytes, ready, dirty, self.launch]
-        self._evict(now, self.used + nbytes)
-
-    def _evict(self, now, used) -> None:
-        """Evict the least recently used lines while `used` bytes (the lines'
-        and a line just inserted) exceed the capacity."""
-        lines, capacity = self.lines, self.capacity
-        while used > capacity:
-            _, (size, _, dirty, launch) = lines.popitem(last=False)
-            used -= size
-            if dirty:
-                stale = launch != self.launch
-                if stale:
-                    self.stale_dirty -= _dirty_bytes(size, dirty)
-                self._write_back(now, _dirty_bytes(size, dirty), stale)
-        self.used = used
+        elif evicted:
+            self._write_backs(now, evicted)
 
     def begin_launch(self) -> None:
-        self.launch += 1
-        self.stale_dirty = sum(_dirty_bytes(size, dirty)
-                               for size, _, dirty, _ in self.lines.values() if dirty)
+        self._scalars[CURRENT_LAUNCH] += 1
+        self._scalars[STALE_DIRTY] = lines_.dirty_total(self._lines)
 
     def settled(self) -> bool:
         """Has L2 reached the content it keeps for the rest of a launch? Not
@@ -313,10 +324,12 @@ class MemorySystem:
             written_bytes -= overflow_written
             total = kept
         if total > 0:
-            self._insert(now, ("phantom", self._phantoms), total, now, False)
-            line = self.lines.get(("phantom", self._phantoms))
-            if line is not None and written_bytes >= 1:
-                line[2] = int(written_bytes)  # dirty bytes, written back on eviction
+            i = self._id(("phantom", self._phantoms))
+            # its written bytes dirty, written back when it leaves
+            evicted = lines_.insert_phantom(self._lines, self._scalars, self._evicted, i, total, now,
+                                            int(written_bytes) if written_bytes >= 1 else 0)
+            if evicted:
+                self._write_backs(now, evicted)
 
     def _write_back(self, now: float, nbytes: int, stale: bool = False) -> None:
         """nbytes of dirty lines to HBM; `stale`: stored by an earlier launch
@@ -349,11 +362,7 @@ class MemorySystem:
         """End of the run: dirty lines reach HBM (counted, not timed).
         Returns their bytes: written after the run, where a profiler's count
         of the run's DRAM writes does not see them."""
-        left = 0
-        for size, _, dirty, _ in self.lines.values():
-            if dirty:
-                left += _dirty_bytes(size, dirty)
-        for line in self.lines.values():
-            line[2] = False
+        left = int(lines_.dirty_total(self._lines))
+        lines_.clean_all(self._lines)
         self.hbm_write += left
         return left

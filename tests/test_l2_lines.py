@@ -1,0 +1,194 @@
+"""L2's lines in arrays (gpusim/engine/l2_lines.py) against the LRU they
+replace, written out here as a plain OrderedDict: the same hits, misses,
+evictions, dirty write-backs and order, over random mixes of real loads and
+stores, fast-forwarded accesses, anonymous entries and launches. The
+compiled loops index arrays unchecked, so a wrong link would not raise: it
+would quietly change what L2 holds."""
+from collections import OrderedDict
+
+import simpy
+from hypothesis import given, settings, strategies as st
+
+from algorithms.ops import Load, Store, Tile
+from gpusim.engine import l2_lines
+from gpusim.engine.memory import MemorySystem
+from gpusim.engine.servers import Server
+from gpusim.profile import load_profile
+
+H100 = load_profile("h100")
+SIZES = (1, 3, 4, 7)        # bytes a tile, in units of UNIT
+UNIT = 4096
+
+
+class ReferenceL2:
+    """What L2 keeps, as an OrderedDict tile -> [bytes, dirty, launch] (dirty:
+    False, True, or a phantom's dirty byte count), oldest first."""
+
+    def __init__(self, capacity: int, scratch=()):
+        self.capacity, self.scratch = capacity, set(scratch)
+        self.lines: OrderedDict = OrderedDict()
+        self.launch = 0
+        self.stale_dirty = self.hit = self.missed = self.requested = self.written = 0
+
+    def _insert(self, tile, nbytes, dirty):
+        self.lines[tile] = [nbytes, dirty, self.launch]
+        used = sum(line[0] for line in self.lines.values())
+        while used > self.capacity:
+            _, (size, old_dirty, launch) = self.lines.popitem(last=False)
+            used -= size
+            if old_dirty:
+                dirty_bytes = size if old_dirty is True else old_dirty
+                if launch != self.launch:
+                    self.stale_dirty -= dirty_bytes
+                self.written += dirty_bytes
+
+    def load(self, tile, nbytes):
+        self.requested += nbytes
+        if tile in self.lines:
+            self.lines.move_to_end(tile)
+            self.hit += nbytes
+            return
+        self.missed += nbytes
+        if nbytes <= self.capacity:
+            self._insert(tile, nbytes, False)
+
+    def store(self, tile, nbytes):
+        scratch = tile[0] in self.scratch
+        line = self.lines.get(tile)
+        if line is not None:
+            self.lines.move_to_end(tile)
+            if scratch:
+                return
+            if line[1] and line[2] != self.launch:
+                self.stale_dirty -= line[0] if line[1] is True else line[1]
+            line[1], line[2] = True, self.launch
+        elif nbytes > self.capacity:
+            if not scratch:
+                self.written += nbytes
+        else:
+            self._insert(tile, nbytes, not scratch)
+
+    def phantom(self, key, nbytes, dirty):
+        self._insert(key, nbytes, False)
+        if dirty:
+            self.lines[key][1] = dirty
+
+    def begin_launch(self):
+        self.launch += 1
+        self.stale_dirty = sum(size if d is True else d for size, d, _ in self.lines.values() if d)
+
+    def flush(self):
+        left = sum(size if d is True else d for size, d, _ in self.lines.values() if d)
+        for line in self.lines.values():
+            line[1] = False
+        self.written += left
+        return left
+
+
+def held(memory: MemorySystem) -> list:
+    """The tiles L2 holds, oldest first, with their bytes, dirty state and launch."""
+    tile_of = {i: tile for tile, i in memory._ids.items()}
+    lines, out = memory._lines, []
+    i = int(lines[0, l2_lines.NEXT])
+    while i != 0:
+        dirty = lines[i, l2_lines.DIRTY]
+        out.append((tile_of[i], int(lines[i, l2_lines.SIZE]),
+                    True if dirty == l2_lines.ALL_DIRTY else int(dirty), int(lines[i, l2_lines.LAUNCH])))
+        i = int(lines[i, l2_lines.NEXT])
+    return out
+
+
+def reference_held(ref: ReferenceL2) -> list:
+    return [(tile, size, dirty if dirty else 0, launch) for tile, (size, dirty, launch) in ref.lines.items()]
+
+
+tiles = st.builds(lambda t, j, s: (Tile(t, 0, 0, j), SIZES[s] * UNIT),
+                  st.sampled_from(["K", "V", "spill"]), st.integers(0, 12), st.integers(0, len(SIZES) - 1))
+actions = st.one_of(
+    st.tuples(st.just("load"), tiles),
+    st.tuples(st.just("store"), tiles),
+    st.tuples(st.just("touch"), st.lists(st.tuples(tiles, st.booleans()), max_size=30)),
+    st.tuples(st.just("phantom"), st.integers(1, 12), st.integers(0, 5)),
+    st.tuples(st.just("launch"),),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(capacity_units=st.integers(0, 40), script=st.lists(actions, max_size=60))
+def test_lines_follow_the_lru_they_replace(capacity_units, script):
+    capacity = capacity_units * UNIT
+    env = simpy.Environment()
+    memory = MemorySystem(H100, env)
+    memory.capacity = capacity
+    memory._scalars[l2_lines.CAPACITY] = capacity
+    memory.scratch = {"spill"}
+    ref = ReferenceL2(capacity, {"spill"})
+    port = Server("port")
+    phantoms = 0
+    for action in script:
+        kind = action[0]
+        if kind == "load":
+            (tile, nbytes) = action[1]
+            memory.load(0.0, port, tile, nbytes, lambda t: None)
+            ref.load(tile, nbytes)
+        elif kind == "store":
+            (tile, nbytes) = action[1]
+            memory.store(0.0, port, tile, nbytes, lambda t: None)
+            ref.store(tile, nbytes)
+        elif kind == "touch":
+            ops = [(Store if is_store else Load)(tile, nbytes) for (tile, nbytes), is_store in action[1]]
+            missed = memory.touch(0.0, 1.0, ops)
+            before = ref.missed
+            for op in ops:
+                (ref.store if op.__class__ is Store else ref.load)(op.tile, op.nbytes)
+            assert missed == ref.missed - before
+        elif kind == "phantom":
+            total, dirty_units = action[1] * UNIT, action[2] * UNIT
+            if total <= capacity:
+                phantoms += 1
+                memory._pollute(0.0, total, dirty_units)
+                ref.phantom(("phantom", phantoms), total, dirty_units)
+        else:
+            memory.begin_launch()
+            ref.begin_launch()
+        assert held(memory) == reference_held(ref)
+        assert memory.used == sum(size for size, _, _ in ref.lines.values())
+        assert memory.stale_dirty == ref.stale_dirty
+        assert (memory.requested, memory.hit_bytes, memory.hbm_read) == (ref.requested, ref.hit, ref.missed)
+        assert memory.hbm_write == ref.written
+    assert memory.flush() == ref.flush()
+    assert memory.hbm_write == ref.written
+    assert all(dirty == 0 for _, _, dirty, _ in held(memory))
+
+
+def test_the_lines_grow_past_their_first_rows():
+    """Tiles beyond the arrays' first rows get rows of their own, and what
+    the early rows held survives the growth."""
+    env = simpy.Environment()
+    memory = MemorySystem(H100, env)
+    port = Server("port")
+    first = len(memory._lines)
+    for j in range(3 * first):
+        memory.load(0.0, port, Tile("K", 0, 0, j), 4096, lambda t: None)
+    assert len(memory._lines) > 3 * first
+    assert [tile.row for tile, *_ in held(memory)] == list(range(3 * first))
+    memory.load(0.0, port, Tile("K", 0, 0, 0), 4096, lambda t: None)
+    assert memory.hit_bytes == 4096
+
+
+def test_a_hit_on_a_tile_on_its_way_waits_for_it():
+    """A load that finds its tile still coming from HBM gets its bytes after
+    that tile lands; once landed, a later load gets them after L2's latency."""
+    env = simpy.Environment()
+    memory = MemorySystem(H100, env)
+    port = Server("port")
+    arrived = {}
+    memory.load(0.0, port, Tile("K", 0, 0, 0), 16384, lambda t: arrived.setdefault("first", t))
+    assert memory.load(0.0, port, Tile("K", 0, 0, 0), 16384, lambda t: arrived.setdefault("second", t))
+    env.run()
+    assert arrived["second"] >= arrived["first"] > memory.dram_latency
+    env.run(until=arrived["first"] + 1e-6)
+    later = env.now
+    memory.load(later, port, Tile("K", 0, 0, 0), 16384, lambda t: arrived.setdefault("third", t))
+    env.run()
+    assert memory.l2_latency <= arrived["third"] - later < memory.dram_latency

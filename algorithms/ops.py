@@ -211,8 +211,9 @@ class Loop:
     # run of iterations (accesses.spans), from it.
     accesses: "SharedAccesses | None" = None
     # spans(first, count): iterations first .. first + count - 1's memory(i)
-    # chained, as slices (seq, lo, hi) of sequences that live, unchanged, as
-    # long as the schedule: the engine encodes each of them once for its L2
+    # chained, as slices (seq, lo, hi) of sequences that live as long as the
+    # schedule, unchanged but for growing at their end: the engine encodes
+    # each of them once for its L2
     # (a skipped run of FA1's outer loop replays 1.8k accesses a K/V block,
     # cut from the same few lists of its CTA). None: from accesses, else
     # from memory(i).
@@ -300,6 +301,13 @@ class PrefixAccesses(SharedAccesses):
             end = ends[issuing]
             built = self.cache[self.key] = (tuple(ops[:end]), ends[:issuing + 1] + [end] * (self.trips - issuing))
         return built
+
+    def spans(self, first: int, count: int) -> list[tuple]:
+        """A slice of the stream itself, which this loop's sequence begins
+        (the stream only grows: Loop.spans' sequences may, at their end), so
+        that the engine encodes a head's K/V stream once for all its loops."""
+        _, offsets = self._built()
+        return [(self.cache[self.stream][0], offsets[first], offsets[first + count])]
 
 
 def shared_accesses(cache: dict, key, memory: Callable[[int], Sequence[Item]], trips: int) -> SharedAccesses:

@@ -1289,7 +1289,7 @@ class Engine:
                     continue
                 laid_out.add(layout)
                 for seq, at, shared in segments:
-                    ids, nbytes, _ = (self.mem.encode_sequence if shared else self.mem.encode)(seq)
+                    ids, nbytes, _ = self.mem.encode_sequence(seq, len(seq)) if shared else self.mem.encode(seq)
                     for c, piece in enumerate(pieces):
                         lo, hi = max(bounds[c], at) - at, min(bounds[c + 1], at + len(seq)) - at
                         if hi > lo:     # (piece[i] = nb for each, in C)

@@ -64,9 +64,14 @@ def new_lines(rows: int) -> np.ndarray:
 
 
 def grown(lines: np.ndarray, rows: int) -> np.ndarray:
-    """`lines` with room for `rows` ids (the new rows absent)."""
-    bigger = new_lines(rows)
-    bigger[: len(lines)] = lines
+    """`lines` with room for `rows` ids (the new rows absent; a row's other
+    fields are written when its line is inserted, but its GEN, which counts
+    insertions)."""
+    bigger = np.empty((rows, N_FIELDS))
+    n = len(lines)
+    bigger[:n] = lines
+    bigger[n:, PREV] = ABSENT
+    bigger[n:, GEN] = 0.0
     return bigger
 
 

@@ -74,7 +74,7 @@ class MemorySystem:
         # evicts. A tile on its way from HBM has its waiters in _waiting.
         self._ids: dict = {}
         self._lines = lines_.new_lines(1024)
-        self._evicted = np.zeros((1024, 2))
+        self._evicted = np.empty((1024, 2))
         self._scalars = np.zeros(lines_.N_SCALARS)
         self._scalars[CAPACITY] = self.capacity
         self._waiting: dict[int, list] = {}
@@ -122,12 +122,12 @@ class MemorySystem:
         if i is None:
             i = self._ids[tile] = len(self._ids) + 1
             if i >= len(self._lines):
-                self._grow(2 * i)
+                self._grow(4 * i)
         return i
 
     def _grow(self, rows: int) -> None:
         self._lines = lines_.grown(self._lines, rows)
-        self._evicted = np.zeros((rows, 2))
+        self._evicted = np.empty((rows, 2))
 
     def _write_backs(self, now: float, count: int) -> None:
         """The `count` dirty lines an insertion just evicted go to HBM."""
@@ -189,8 +189,14 @@ class MemorySystem:
         ops = accesses if accesses.__class__ is list or accesses.__class__ is tuple else list(accesses)
         tiles = list(map(_TILE, ops))
         ids = list(map(self._ids.get, tiles))
-        if None in ids:     # tiles never seen: new rows
-            ids = [i if i is not None else self._id(tile) for i, tile in zip(ids, tiles)]
+        if None in ids:     # tiles never seen: new rows, numbered in order of first sight
+            known = self._ids
+            fresh = dict.fromkeys(tile for tile, i in zip(tiles, ids) if i is None)
+            first = len(known) + 1
+            known.update(zip(fresh, range(first, first + len(fresh))))
+            if len(known) >= len(self._lines):
+                self._grow(4 * len(known))
+            ids = list(map(known.get, tiles))
         codes = np.zeros(len(ops), dtype=np.int8)
         if Store in set(map(type, ops)):
             scratch = self.scratch
@@ -200,12 +206,21 @@ class MemorySystem:
         return (np.array(ids, dtype=np.int64), np.fromiter(map(_NBYTES, ops), dtype=np.float64, count=len(ops)),
                 codes)
 
-    def encode_sequence(self, seq) -> tuple:
-        """encode(seq), kept: `seq` must outlive the run unchanged (a loop's
-        shared access sequence, a CTA's own lists of tiles)."""
+    def encode_sequence(self, seq, upto: int) -> tuple:
+        """encode(seq), kept and extended as asked: at least its first `upto`
+        accesses. `seq` must outlive the run and change only by growing at
+        its end (a loop's shared access sequence, a head's K/V stream, a
+        CTA's own lists of tiles). Encoded ahead (twice what was) so that a
+        loop's skips, which move forward, extend it a few times only; only
+        what is replayed is encoded (a causal 16k prediction's K/V loops,
+        encoded whole, cost a tenth of it)."""
         known = self._encoded.get(id(seq))
-        if known is None:
-            known = self._encoded[id(seq)] = (seq, *self.encode(seq))
+        done = 0 if known is None else len(known[1])
+        if upto > done:
+            upto = min(len(seq), max(upto, 2 * done, 64))
+            more = self.encode(seq[done:upto])
+            known = self._encoded[id(seq)] = (seq, *more) if known is None else \
+                (seq, *(np.concatenate((old, new)) for old, new in zip(known[1:], more)))
         return known[1:]
 
     def touch(self, now: float, until: float, accesses) -> int:
@@ -215,13 +230,16 @@ class MemorySystem:
         real ones would -- so the CTAs beside them find the tiles they share
         (FA2's K/V) instead of an anonymous pollution. Write-backs they cause
         are spread over [now, until]. Returns the bytes that missed."""
-        ids, nbytes, codes = self.encode(accesses)
+        ops = accesses if accesses.__class__ is list or accesses.__class__ is tuple else list(accesses)
+        if not ops:     # (a loop that reads SMEM only: FA3's consumers)
+            return 0
+        ids, nbytes, codes = self.encode(ops)
         return self._touch(now, until, ((ids, nbytes, codes, 0, len(ids)),))
 
     def touch_spans(self, now: float, until: float, spans) -> int:
         """touch() of the accesses seq[lo:hi] for each (seq, lo, hi) of
         `spans` in turn, their sequences encoded once (encode_sequence)."""
-        return self._touch(now, until, [(*self.encode_sequence(seq), lo, hi) for seq, lo, hi in spans if hi > lo])
+        return self._touch(now, until, [(*self.encode_sequence(seq, hi), lo, hi) for seq, lo, hi in spans if hi > lo])
 
     def touch_loads(self, now: float, until: float, tiles: dict) -> int:
         """touch() of loads given as {tile id: bytes} (ids from encode), in the dict's order."""

@@ -20,6 +20,11 @@ triton_smem_fa3.csv and triton_smem_standard_qk.csv; no GPU, no timing):
   layout change through SMEM): for fa2 at D = 64 and 128, 185-2054 clocks a
   warp before the first loop, 47-1030 between the two, 249-2196 after the last.
 
+- the same instruction counts for kernels/fa3_gluon.py, which runs FA3's own
+  schedule (triton_smem_fa3_gluon.csv): its consumers mask inside one loop,
+  behind a branch, so a step issues the loop's shortest path unmasked and
+  all of it masked (kernels/sass.py tensor_loop_paths).
+
 Configs the tables lack get no spills and the schedules' estimates (the tables
 are bf16, and fp8 for Triton's fa3; fp16 compiles to the same code but for its
 conversions)."""
@@ -79,10 +84,11 @@ def _int_or_none(row: dict, key: str) -> int | None:
     return int(v) if v not in (None, "") else None
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=8)
 def _table(name: str) -> dict:
-    """(block_m, block_n, num_warps, num_stages, head_dim, causal, dtype) ->
-    Compiled, from experiments/results/triton_smem_<name>.csv."""
+    """(block_m, block_n, num_warps, num_stages, head_dim, causal, dtype[,
+    pingpong where the table has it]) -> Compiled, from
+    experiments/results/triton_smem_<name>.csv."""
     path = os.path.join(RESULTS, f"triton_smem_{name}.csv")
     table = {}
     if not os.path.exists(path):
@@ -93,6 +99,8 @@ def _table(name: str) -> dict:
         for r in csv.DictReader(f):
             key = (*(int(r[k]) for k in ("block_m", "block_n", "num_warps", "num_stages",
                                           "head_dim", "causal")), r.get("dtype") or "bf16")
+            if "pingpong" in r:
+                key += (bool(int(r["pingpong"])),)
             spills = None
             if r.get("spill_store_bytes_per_iter"):
                 try:
@@ -120,6 +128,17 @@ def compiled(kernel: str, problem: AttentionProblem, launch_warps: int, cfg: Til
     causal = 0 if kernel == "standard_qk" else int(problem.causal)
     key = (cfg.block_m, cfg.block_n, launch_warps, cfg.num_stages, problem.head_dim, causal, dtype)
     return _table(kernel).get(key, NOTHING)
+
+
+def fa3_gluon_compiled(problem: AttentionProblem, cfg: TileConfig) -> Compiled:
+    """What the probe recorded for kernels/fa3_gluon.py, which runs FA3's
+    schedule (experiments/triton_smem_probe.py --gluon-only), at this config
+    and pingpong; NOTHING for configs it did not compile (among them fp8,
+    which the Gluon kernel does not run)."""
+    dtype = "bf16" if problem.dtype in SIXTEEN_BIT else problem.dtype
+    key = (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, problem.head_dim, int(problem.causal),
+           dtype, cfg.pingpong)
+    return _table("fa3_gluon").get(key, NOTHING)
 
 
 def fa2_compiled(problem: AttentionProblem, cfg: TileConfig) -> Compiled:

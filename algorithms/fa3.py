@@ -32,6 +32,7 @@ for the fp8 GEMM before the launch).
 """
 from __future__ import annotations
 
+from .compiled import fa3_gluon_compiled
 from .errors import InvalidConfig
 from .fa2 import (ALU_EPILOGUE_PER_OUT, ALU_PER_ACC, ALU_PER_MASKED_SCORE, ALU_PER_SCORE,
                   block_is_masked, cta_cost_key, locate_q_block)
@@ -150,13 +151,24 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     kv_loads: dict = {}
     kv_loops: dict = {}     # (batch, K/V head, trips) -> a producer loop's loads, shared (Loop.accesses)
 
-    # a consumer's softmax ops per step, unmasked and masked (one op each for every step alike)
-    scores = rows * bn
-    # (its other instructions, then its exp2s, as fa2's steps: algorithms/fa2.step_ops)
-    softmax_ops = {masked: (Alu(scores * ALU_PER_SCORE + rows * d * ALU_PER_ACC
-                                + (scores * ALU_PER_MASKED_SCORE if masked else 0)),
-                            Exp(scores + rows),
-                            StepLatency())
+    # a consumer's softmax ops per step, unmasked and masked (one op each for every step alike):
+    # its other instructions, then its exp2s, as fa2's steps (algorithms/fa2.step_ops). The
+    # instructions are kernels/fa3_gluon.py's as compiled for sm_90 where the probe has the
+    # config (all but the exp2s, one a score and one a row, are the Alu's), else an estimate
+    # from the softmax's arithmetic. The compiled loop issues more: at the default 128x128,
+    # D = 128, a consumer warp issues 446 a step unmasked and 576-711 masked (the key tail,
+    # the causal diagonal), against the estimate's 385 and 449 (exp2s included).
+    scores, exps = rows * bn, rows * bn + rows
+    compiled_loop = fa3_gluon_compiled(p, cfg)
+    lanes = WARPS_PER_WARPGROUP * 32
+
+    def other_instructions(masked: bool) -> int:
+        per_warp = compiled_loop.issue_masked if masked else compiled_loop.issue
+        if per_warp is not None:
+            return max(0, per_warp * lanes - exps)
+        return scores * ALU_PER_SCORE + rows * d * ALU_PER_ACC + (scores * ALU_PER_MASKED_SCORE if masked else 0)
+
+    softmax_ops = {masked: (Alu(other_instructions(masked)), Exp(exps), StepLatency())
                    for masked in (False, True)}
 
     def program(cta: int) -> CtaProgram:

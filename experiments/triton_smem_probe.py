@@ -8,11 +8,13 @@ before, between and after those loops (kernels/sass.py), for the grid of configs
 the simulator must cover. algorithms/compiled.py reads them back for the
 schedules.
 
-    PYTHONPATH=. python experiments/triton_smem_probe.py [--jobs 2] [--quick] [--fa3 | --fa3-only | --standard-only]
+    PYTHONPATH=. python experiments/triton_smem_probe.py [--jobs 2] [--quick] [--fa3 | --fa3-only | --standard-only | --gluon-only]
 
 Writes experiments/results/triton_smem_fa2.csv (and triton_smem_fa3.csv with
 --fa3, triton_smem_standard_qk.csv with --standard-only: standard's QKᵀ kernel,
-which computes every tile, so causal 0 only). No GPU needed: triton.compile with GPUTarget("cuda", 90, 32) runs the
+which computes every tile, so causal 0 only; triton_smem_fa3_gluon.csv with
+--gluon-only: kernels/fa3_gluon.py, FA3's own schedule, over the configs it
+runs, pingpong and not, its consumers' instructions a step unmasked and masked). No GPU needed: triton.compile with GPUTarget("cuda", 90, 32) runs the
 whole pipeline down to a cubin with the bundled ptxas.
 """
 from __future__ import annotations
@@ -66,6 +68,64 @@ def _one(args):
         return args, {}, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
 
 
+GLUON_COLUMNS = ["block_m", "block_n", "num_warps", "num_stages", "head_dim", "causal", "dtype", "pingpong",
+                 "smem_bytes", "n_regs", "stack_bytes", "issue_per_iter", "issue_per_iter_masked",
+                 "triton_version", "target", "date", "command"]
+
+
+def _one_gluon(args):
+    consumers, bn, stages, d, causal, pingpong = args
+    from algorithms.errors import GpusimError
+    from algorithms.problem import AttentionProblem, TileConfig
+    from kernels.fa3_gluon import ROWS_PER_CONSUMER, compiled_info
+
+    p = AttentionProblem(batch=1, heads=16, seqlen_q=SEQLEN, head_dim=d, causal=bool(causal))
+    cfg = TileConfig(block_m=ROWS_PER_CONSUMER * consumers, block_n=bn, num_warps=4 * (consumers + 1),
+                     num_stages=stages, mma="wgmma", consumer_warpgroups=consumers, pingpong=bool(pingpong))
+    try:
+        return args, compiled_info(p, cfg, pingpong=bool(pingpong)), ""
+    except GpusimError as e:    # a config the kernel refuses (SMEM): left out
+        return args, None, str(e)
+    except Exception as e:  # a config Triton refuses to compile is a data point too
+        return args, {}, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+
+
+def probe_gluon(jobs: int, outdir: str, command: str) -> None:
+    """triton_smem_fa3_gluon.csv: the Gluon FA3 kernel over 2 and 3 consumer
+    warpgroups, block_n 64 and 128, 2-4 stages, D 64 and 128, causal and not,
+    pingpong and not (bf16; fp16 compiles to the same code but for its
+    conversions)."""
+    import triton
+
+    grid = list(itertools.product([2, 3], [64, 128], [2, 3, 4], [64, 128], [0, 1], [0, 1]))
+    rows = []
+    with ProcessPoolExecutor(max_workers=jobs) as ex:
+        for n, (args, res, err) in enumerate(ex.map(_one_gluon, grid), 1):
+            print(f"[fa3_gluon {n}/{len(grid)}] {args} {err or ''}", file=sys.stderr, flush=True)
+            if res is None:
+                continue
+            consumers, bn, stages, d, causal, pingpong = args
+            rows.append({"block_m": 64 * consumers, "block_n": bn, "num_warps": 4 * (consumers + 1),
+                         "num_stages": stages, "head_dim": d, "causal": causal, "dtype": "bf16",
+                         "pingpong": pingpong,
+                         **{k: "" if res.get(k) is None else res[k]
+                            for k in ("smem_bytes", "n_regs", "stack_bytes", "issue_per_iter",
+                                      "issue_per_iter_masked")},
+                         "triton_version": triton.__version__, "target": "cuda:90",
+                         "date": _dt.date.today().isoformat(), "command": command})
+    _write(os.path.join(outdir, "triton_smem_fa3_gluon.csv"), GLUON_COLUMNS, rows)
+
+
+def _write(path: str, columns: list[str], rows: list[dict]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
+    print(f"wrote {path} ({len(rows)} rows)", file=sys.stderr)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -73,16 +133,20 @@ def main(argv=None):
     ap.add_argument("--fa3", action="store_true", help="also probe kernels.fa3 (bf16 and fp8)")
     ap.add_argument("--fa3-only", action="store_true", help="probe kernels.fa3 alone")
     ap.add_argument("--standard-only", action="store_true", help="probe standard's QKᵀ kernel alone")
+    ap.add_argument("--gluon-only", action="store_true", help="probe kernels.fa3_gluon alone")
     ap.add_argument("--outdir", default=os.path.join("experiments", "results"))
     a = ap.parse_args(argv)
     import triton
 
+    command = "python " + " ".join(["experiments/triton_smem_probe.py"] + (argv if argv is not None else sys.argv[1:]))
+    if a.gluon_only:
+        probe_gluon(a.jobs, a.outdir, command)
+        return
     if a.standard_only:
         algos = ["standard_qk"]
     else:
         algos = (["fa2"] if not a.fa3_only else []) + (["fa3"] if a.fa3 or a.fa3_only else [])
     dims = [128] if a.quick else [64, 128, 256]
-    command = "python " + " ".join(["experiments/triton_smem_probe.py"] + (argv if argv is not None else sys.argv[1:]))
     date = _dt.date.today().isoformat()
     for algo in algos:
         # fa3: Triton's TMA kernel, bf16 and its fp8 twin, with >= 2 stages for the ring
@@ -109,14 +173,7 @@ def main(argv=None):
                              "date": date, "command": command})
                 print(f"[{algo} {n}/{len(grid)}] {args[1:]} smem={smem} regs={regs} {err}",
                       file=sys.stderr, flush=True)
-        path = os.path.join(a.outdir, f"triton_smem_{algo}.csv")
-        tmp = path + ".tmp"
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=COLUMNS)
-            w.writeheader()
-            w.writerows(rows)
-        os.replace(tmp, path)
-        print(f"wrote {path} ({len(rows)} rows)", file=sys.stderr)
+        _write(os.path.join(a.outdir, f"triton_smem_{algo}.csv"), COLUMNS, rows)
 
 
 if __name__ == "__main__":

@@ -788,9 +788,13 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
 def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, pingpong=True,
                   target=90, p_smem=None, q_regs=None, o_tma=None) -> dict:
     """Cross-compile _fa3g_fwd for sm_90 without a GPU (bundled ptxas):
-    {"smem_bytes", "n_regs", "stack_bytes", "warp_specialized", "ttgir", "ptx"}
-    (stack_bytes: a thread's local-memory frame, where ptxas spills; None
-    without the bundled cuobjdump)."""
+    {"smem_bytes", "n_regs", "stack_bytes", "warp_specialized", "ttgir", "ptx",
+    "issue_per_iter", "issue_per_iter_masked"} (stack_bytes: a thread's
+    local-memory frame, where ptxas spills; the last two: the instructions
+    a consumer warp issues per K/V step besides its wgmma, on an unmasked
+    step and on a masked one -- the consumers' loop masks behind a branch,
+    kernels/sass.py tensor_loop_paths --, the most over the consumers'
+    copies of the loop; None without the bundled cuobjdump)."""
     from .common import interpreting
     from .fa2 import _compile_in_subprocess
 
@@ -835,7 +839,10 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
     ttgir = compiled.asm.get("ttgir", "")
     res_usage = sass.cuobjdump(compiled, "-res-usage")
     stack = re.search(r"STACK:(\d+)", res_usage or "")
+    paths = sass.tensor_loop_paths(sass.cuobjdump(compiled, "-sass"))
     return {"smem_bytes": int(compiled.metadata.shared), "n_regs": sass.registers(compiled, res_usage),
             "stack_bytes": int(stack.group(1)) if stack else None,
             "warp_specialized": "ttg.warp_specialize" in ttgir, "ttgir": ttgir,
-            "ptx": compiled.asm.get("ptx", "")}
+            "ptx": compiled.asm.get("ptx", ""),
+            "issue_per_iter": max((p["shortest"] for p in paths), default=None),
+            "issue_per_iter_masked": max((p["longest"] for p in paths), default=None)}

@@ -251,6 +251,33 @@ def tensor_loop_parts(sass: str | None) -> list[dict]:
     return out
 
 
+def tensor_loop_paths(sass: str | None) -> list[dict]:
+    """Per tensor loop, in address order, the instructions a warp issues per
+    trip besides the tensor-core ones along its shortest path ("shortest":
+    every forward branch inside the loop taken, the blocks it jumps over
+    left out) and along all of it ("longest"), and its MUFU instructions on
+    each. A loop that masks some steps inside its body, behind a branch, as
+    kernels/fa3_gluon.py does (`if j >= n_full: mask`), issues the first on
+    its unmasked steps and the second on its masked ones. Branches out of the
+    loop (to out-of-line spin loops that retry an mbarrier wait) are the slow
+    path and skip nothing. Empty without tensor loops."""
+    code = [(int(m.group(1), 16), m.group(2).strip()) for m in _INSTRUCTION.finditer(sass or "")]
+    out = []
+    for first, last in _loop_spans(code, _holds_tensor):
+        body = code[first:last + 1]
+        end = body[-1][0]
+        skipped: set[int] = set()
+        for addr, ins in body[:-1]:     # (the last is the loop's own backward branch)
+            m = _BACK_BRANCH.search(ins)
+            if m and _PREDICATE.match(ins) and addr < int(m.group(1), 16) <= end:
+                skipped.update(a for a, _ in body if addr < a < int(m.group(1), 16))
+        shortest = [i for a, i in body if a not in skipped]
+        out.append({"shortest": issue_slots(shortest), "longest": issue_slots([i for _, i in body]),
+                    "mufu_shortest": sum(opcode(i) == "MUFU" for i in shortest),
+                    "mufu_longest": sum(opcode(i) == "MUFU" for _, i in body)})
+    return out
+
+
 def loop_issue_slots(sass: str | None) -> dict:
     """Per warp and trip, the non-tensor instructions of the kernel's first two
     tensor loops: fa2 and Triton's fa3 run the unmasked K/V blocks, then the

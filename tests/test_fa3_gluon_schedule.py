@@ -1,6 +1,9 @@
 """The host-side tile schedule of kernels/fa3_gluon.py's balanced persistent
-launch (no GPU: the table is built on the CPU before the launch)."""
+launch (no GPU: the table is built on the CPU before the launch), and what
+FA3's schedule takes from the kernel as compiled."""
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -97,3 +100,42 @@ def test_compiled_smem_is_the_schedules(head_dim, consumers):
     assert info["warp_specialized"]
     assert 0 <= info["smem_bytes"] - fa3.smem_bytes(p, cfg) <= 512, (info["smem_bytes"],
                                                                     fa3.smem_bytes(p, cfg))
+
+
+def _consumer_softmax(problem, cfg):
+    """(Alu, Exp) of a consumer's unmasked and masked steps, from FA3's schedule."""
+    import algorithms
+    from algorithms.ops import Alu, Exp, Loop
+
+    launch = algorithms.build("fa3", problem, cfg).launches[0]
+    consumer = launch.program(0).roles[1]
+    (loop,) = [it for it in consumer.items if isinstance(it, Loop)]
+    out = {}
+    for k in range(loop.trips):
+        ops = [op for op in loop.body(k) if isinstance(op, (Alu, Exp))]
+        out.setdefault(loop.key(k), ops)     # (a step's key: whether it is masked)
+    return out
+
+
+def test_fa3_schedule_takes_the_gluon_kernels_compiled_instructions():
+    """Where the probe compiled the config (triton_smem_fa3_gluon.csv), a
+    consumer's step issues what the Gluon kernel's loop issues, its exp2s on
+    the MUFU and the rest on the issue slots: unmasked the loop's shortest
+    path, masked all of it. Elsewhere the estimate stands."""
+    from algorithms.compiled import fa3_gluon_compiled
+    from algorithms.fa2 import ALU_PER_ACC, ALU_PER_SCORE
+
+    p = AttentionProblem(batch=1, heads=2, seqlen_q=1000, head_dim=128, causal=True)
+    cfg = g.default_config(p)
+    compiled = fa3_gluon_compiled(p, cfg)
+    assert compiled.issue is not None and compiled.issue_masked > compiled.issue
+    steps = _consumer_softmax(p, cfg)
+    rows, exps = 64, 64 * cfg.block_n + 64
+    for masked, per_warp in ((False, compiled.issue), (True, compiled.issue_masked)):
+        alu, exp = steps[masked]
+        assert exp.count == exps and alu.flops + exp.count == per_warp * 128
+    # a config the Gluon kernel does not run (block_n 32): the softmax's arithmetic, estimated
+    odd = dataclasses.replace(cfg, block_n=32)
+    assert fa3_gluon_compiled(p, odd).issue is None
+    alu, _ = _consumer_softmax(p, odd)[False]
+    assert alu.flops == rows * 32 * ALU_PER_SCORE + rows * 128 * ALU_PER_ACC

@@ -136,3 +136,26 @@ def test_softmax_chain_lies_between_the_wait_for_s_and_p_v():
         ("@P0 BRA 0x0", 5),
     ])
     assert softmax_chain_clocks(listing) == (12, 37)
+
+
+def test_loop_paths_leave_out_what_a_branch_inside_the_loop_skips():
+    """A loop that masks behind a branch (kernels/fa3_gluon.py's consumers):
+    its shortest path skips the masked block, its longest takes it; a branch
+    out of the loop (a spin loop's retry, out of line) skips nothing."""
+    listing = _listing([
+        "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], RZ",   # 0x0000: the loop's first
+        "@!P0 BRA 0x00b0",                               # 0x0010: out of the loop: slow path
+        "@P1 BRA 0x0050",                                # 0x0020: unmasked: over the mask
+        "ISETP.GE.AND P2, PT, R6, R7, PT",               # 0x0030: the mask
+        "FSEL R5, R24, -INF, P2",                        # 0x0040
+        "MUFU.EX2 R4, R5",                               # 0x0050: the target
+        "FADD R3, R4, R3",                               # 0x0060
+        "@P3 BRA 0x0",                                   # 0x0070: the loop's backward branch
+        "EXIT",                                          # 0x0080
+    ])
+    (paths,) = sass.tensor_loop_paths(listing)
+    assert paths == {"shortest": 5, "longest": 7, "mufu_shortest": 1, "mufu_longest": 1}
+    assert sass.tensor_loop_paths(SASS) == [
+        {"shortest": 3, "longest": 3, "mufu_shortest": 1, "mufu_longest": 1},
+        {"shortest": 4, "longest": 4, "mufu_shortest": 1, "mufu_longest": 1}]
+    assert sass.tensor_loop_paths(None) == []

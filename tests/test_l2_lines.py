@@ -192,3 +192,23 @@ def test_a_hit_on_a_tile_on_its_way_waits_for_it():
     memory.load(later, port, Tile("K", 0, 0, 0), 16384, lambda t: arrived.setdefault("third", t))
     env.run()
     assert memory.l2_latency <= arrived["third"] - later < memory.dram_latency
+
+
+def test_a_growing_sequence_is_encoded_as_far_as_asked():
+    """encode_sequence keeps a sequence's encoding and extends it when the
+    sequence (a head's K/V stream, which longer causal loops extend) has
+    grown and more of it is asked for: always the encoding of its prefix."""
+    memory = MemorySystem(H100, simpy.Environment())
+    stream = [Load(Tile("K", 0, 0, j), 4096 * (1 + j % 3)) for j in range(10)]
+    ids, nbytes, codes = memory.encode_sequence(stream, 3)
+    assert len(ids) >= 3 and list(nbytes[:3]) == [4096, 8192, 12288]
+    stream += [Store(Tile("spill", 0, 0, 0), 64), *(Load(Tile("V", 0, 0, j), 4096) for j in range(200))]
+    memory.scratch = {"spill"}
+    ids, nbytes, codes = memory.encode_sequence(stream, 150)
+    fresh = MemorySystem(H100, simpy.Environment())
+    fresh.scratch = {"spill"}
+    fresh._ids = dict(memory._ids)     # the same numbering
+    want = fresh.encode(stream[:len(ids)])
+    assert len(ids) >= 150
+    assert (ids == want[0]).all() and (nbytes == want[1]).all() and (codes == want[2]).all()
+    assert codes[10] == l2_lines.SCRATCH_STORE

@@ -144,3 +144,29 @@ def test_calibrate_profile_bad_csv_is_one_line_and_exit_2(tmp_path, capsys, cont
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("calibrate: ") and needle in err, err
     assert not out.exists()
+
+
+def test_fingerprints_compare_runs(tmp_path, capsys, monkeypatch):
+    """experiments/fingerprints.py on one small case: a run equals itself
+    (exit 0), a changed prediction is named (exit 1), an unreadable earlier
+    file is one line on stderr and exit 2."""
+    import json
+
+    from algorithms.problem import TileConfig
+    from experiments import fingerprints
+
+    monkeypatch.setattr(fingerprints, "cases", lambda: [
+        ("fa2", dict(batch=1, heads=2, seqlen_q=256, head_dim=64), TileConfig(64, 64, 4, 2), True)])
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    assert fingerprints.main(["--out", str(first)]) == 0
+    assert fingerprints.main(["--out", str(second), "--compare", str(first)]) == 0
+    assert "1 of 1 predictions bit-identical" in capsys.readouterr().out
+    changed = json.loads(first.read_text())
+    (key,) = changed
+    changed[key]["runtime_us"] *= 1.01
+    first.write_text(json.dumps(changed))
+    assert fingerprints.main(["--out", str(second), "--compare", str(first)]) == 1
+    assert f"differs: {key}" in capsys.readouterr().out
+    assert fingerprints.main(["--out", str(second), "--compare", str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("fingerprints: cannot read")

@@ -214,7 +214,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
             if j == 0:
                 spans = []
                 for i in range(lo, hi):
-                    stores = final[i] if j == last_of[i] else running[i]
+                    _, stores = accesses(j, i)      # (its loads, Q alone: the first of reads[i])
                     spans += [(reads[i], 0, 1), (stores, 0, len(stores))]
                 return spans
             spans = []

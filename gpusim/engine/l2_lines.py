@@ -101,24 +101,38 @@ def _dirty_bytes(L, i):
 
 
 @njit(cache=True, inline="always")
+def _place(L, i, nbytes, ready, flight, dirty, launch):
+    """Line i (absent) holds a tile again, as the most recent line (its
+    generation counts the insertions: landed() knows a line refilled since)."""
+    L[i, SIZE] = nbytes
+    L[i, READY] = ready
+    L[i, FLIGHT] = flight
+    L[i, DIRTY] = dirty
+    L[i, LAUNCH] = launch
+    L[i, GEN] += 1.0
+    _append(L, i)
+
+
+@njit(cache=True, inline="always")
+def _evict_oldest(L):
+    """The least recently used line leaves; returns its row."""
+    o = int(L[0, NEXT])
+    _unlink(L, o)
+    L[o, PREV] = ABSENT
+    return o
+
+
+@njit(cache=True, inline="always")
 def _insert(L, S, E, i, nbytes, ready, flight, dirty):
     """Line i (absent, nbytes <= capacity) becomes the most recent; the
     least recent leave while the lines exceed the capacity. Each dirty line
     that leaves is recorded in E as (its dirty bytes, 1.0 if an earlier
     launch stored it); returns the number recorded."""
-    L[i, SIZE] = nbytes
-    L[i, READY] = ready
-    L[i, FLIGHT] = flight
-    L[i, DIRTY] = dirty
-    L[i, LAUNCH] = S[CURRENT_LAUNCH]
-    L[i, GEN] += 1.0
-    _append(L, i)
+    _place(L, i, nbytes, ready, flight, dirty, S[CURRENT_LAUNCH])
     used = S[USED] + nbytes
     k = 0
     while used > S[CAPACITY]:
-        o = int(L[0, NEXT])
-        _unlink(L, o)
-        L[o, PREV] = ABSENT
+        o = _evict_oldest(L)
         used -= L[o, SIZE]
         if L[o, DIRTY] != 0.0:
             nb = _dirty_bytes(L, o)
@@ -230,18 +244,10 @@ def touch(L, S, ids, nbytes, codes, lo, hi, now):
             if nb > capacity:
                 continue
             dirty = False
-        L[i, SIZE] = nb
-        L[i, READY] = now
-        L[i, FLIGHT] = 0.0
-        L[i, DIRTY] = ALL_DIRTY if dirty else 0.0
-        L[i, LAUNCH] = launch
-        L[i, GEN] += 1.0
-        _append(L, i)
+        _place(L, i, nb, now, 0.0, ALL_DIRTY if dirty else 0.0, launch)
         used += nb
         while used > capacity:
-            o = int(L[0, NEXT])
-            _unlink(L, o)
-            L[o, PREV] = ABSENT
+            o = _evict_oldest(L)
             used -= L[o, SIZE]
             if L[o, DIRTY] != 0.0:
                 db = _dirty_bytes(L, o)

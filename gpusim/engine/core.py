@@ -1212,7 +1212,8 @@ class Engine:
             work[MISS] = work[HBM] = 0.0
         self._background(sm, start, start + duration, work)
         if replayed:
-            self._replay_ghost_loads(launch, ctas, start, duration, work[STORE])
+            self._replay_ghost_loads(launch, ctas, start, duration, work[STORE],
+                                     max(stats.recent_duration() for stats, _ in batch))
         else:
             self.mem.pollute(start, start + duration, work[MISS], work[STORE])
         for s in range(N_COUNTERS):
@@ -1238,11 +1239,11 @@ class Engine:
         self._disturb(sm)
 
     def _replay_ghost_loads(self, launch: Launch, ctas: range, start: float, duration: float,
-                            stored: float) -> None:
+                            stored: float, longest: float) -> None:
         """The loads of ghost CTAs whose classes share tiles pass through L2
-        as skipped loops' do (MemorySystem.touch): in program order, a CTA's
-        roles side by side and the batch's CTAs one after the other, as they
-        run on their slot, in REPLAY_CHUNKS pieces over the window. As one
+        as skipped loops' do (MemorySystem.touch): each CTA's loads in
+        program order (its roles side by side) cut into REPLAY_CHUNKS
+        pieces, piece c holding the c-th part of every CTA's. As one
         anonymous entry of their classes' mean misses they hid the K/V tiles
         they fetched from the real CTAs of their heads, which then fetched
         them again, and their class means grew with it: causal fa2 B4 H16
@@ -1294,10 +1295,23 @@ class Engine:
                         lo, hi = max(bounds[c], at) - at, min(bounds[c + 1], at + len(seq)) - at
                         if hi > lo:     # (piece[i] = nb for each, in C)
                             piece.update(zip(ids[lo:hi].tolist(), nbytes[lo:hi].tolist()))
+        # The pieces pass through L2 when the batch's CTAs would run on the
+        # GPU, side by side: neighbours in launch order start within a slot's
+        # share of the batch's time (slots free up at `slots` CTAs a CTA's
+        # duration), each running its own duration (`longest`, the batch's
+        # longest class). Paced one after the other, as the batch holds its
+        # slot, a causal head's CTAs (loops of different lengths) met its
+        # K/V tiles up to a batch apart, and the whole machine's traffic
+        # between evicted them: fa2 64x32 w8 causal B8 H32 N2048 D64 read
+        # 208 MB from HBM against its full simulation's 201 (every tile
+        # once), and 201.4 paced side by side. What they miss, and their stores' write-backs, still load
+        # HBM over the batch's own window: at the GPU's steady pace, not as
+        # a burst of every slot's batch at once.
+        side_by_side = (longest + duration / self._slots) / REPLAY_CHUNKS
         step, stored = duration / REPLAY_CHUNKS, stored / REPLAY_CHUNKS
         for c, tiles in enumerate(pieces):
-            t = start + c * step
-            self.env.call_at(t, lambda _event, tiles=tiles, t=t: self._replay_piece(tiles, t, t + step, stored))
+            t, until = start + c * side_by_side, start + (c + 1) * step
+            self.env.call_at(t, lambda _event, tiles=tiles, t=t, until=until: self._replay_piece(tiles, t, until, stored))
 
     def _ghost_load_segments(self, items) -> tuple[list, int]:
         """A role program's Loads in program order (_accesses, Stores left

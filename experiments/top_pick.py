@@ -241,6 +241,13 @@ def analyse(measured: dict, gpu: str = "h100", jobs=None, executor="process", pr
     return out
 
 
+def _shown(path) -> str:
+    """A path as a report names it: from the checkout's root where it lies inside (the
+    default measured file was written out absolute, naming the machine it ran on)."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
+
+
 def markdown(rows, source: str, gpu: str, predictions: str | None = None, args: str = "") -> str:
     from gpusim.artifacts import markdown_table
 
@@ -305,7 +312,7 @@ def main(argv=None) -> int:
         predicted = predictions_from_json(measured, a.predictions) if a.predictions else None
         rows = analyse(measured, a.gpu, a.jobs, progress=not a.no_progress, predicted=predicted)
         name = Path(a.gpu).stem
-        md = markdown(rows, a.measured, name, a.predictions,
+        md = markdown(rows, _shown(a.measured), name, a.predictions,
                       " ".join(argv if argv is not None else sys.argv[1:]))
         write_csv(Path(a.out) / f"top_pick_{name}.csv", rows, FIELDS)
         atomic_write_text(Path(a.out) / f"top_pick_{name}.md", md)

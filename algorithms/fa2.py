@@ -101,6 +101,24 @@ def locate_q_block(problem: AttentionProblem, cfg: TileConfig, cta: int):
     return qb, b, h, p.kv_head_of(h), rows_q, kv_trips(p, cfg.block_n, qb * bm + rows_q - 1)
 
 
+def softmax_exps(rows: int, block_n: int) -> int:
+    """The exp2s of a step's online softmax on `rows` rows of S: P = exp2(S - m), and alpha a row."""
+    return rows * block_n + rows
+
+
+def softmax_other_instructions(rows: int, block_n: int, cols: int, masked: bool, issued: int | None) -> int:
+    """A step's softmax instructions besides its exp2s (max, scale, sum,
+    convert, masks, bookkeeping), on `rows` rows of S and `cols` columns of
+    O: from `issued`, the thread-instructions the compiled loop issues a
+    step (all but the exp2s, which are the MUFU's), else estimated from the
+    softmax's arithmetic (ALU_PER_SCORE...)."""
+    if issued is not None:
+        return max(0, issued - softmax_exps(rows, block_n))
+    scores = rows * block_n
+    return (scores * ALU_PER_SCORE + rows * cols * ALU_PER_ACC
+            + (scores * ALU_PER_MASKED_SCORE if masked else 0))
+
+
 @lru_cache(maxsize=256)   # ops are immutable: one tuple serves every step alike
 def step_ops(dtype: str, mma: str, rows: int, block_n: int, head_dim: int, replicas: int = 1,
              masked: bool = False, issued: int | None = None) -> tuple:
@@ -138,14 +156,8 @@ def step_ops(dtype: str, mma: str, rows: int, block_n: int, head_dim: int, repli
     and a step masked on the causal diagonal 26-118% (median 63%) more
     than an unmasked one, against 25% (10-40% on a key tail)."""
     cols = head_dim // replicas
-    scores = rows * block_n
-    exps = scores + rows                             # P = exp2(S - m), and alpha a row
-    if issued is None:
-        alu = scores * ALU_PER_SCORE + rows * cols * ALU_PER_ACC
-        if masked:
-            alu += scores * ALU_PER_MASKED_SCORE
-    else:
-        alu = max(0, issued - exps)                  # the MUFU instructions are the Exp's
+    exps = softmax_exps(rows, block_n)
+    alu = softmax_other_instructions(rows, block_n, cols, masked, issued)
     return (Mma(rows, block_n, head_dim, dtype, mma, instr_n=block_n // replicas, is_async=True),
             MmaWait(0),                              # S, and the previous step's P V
             Alu(alu),                                # max, scale, sum, convert, masks, bookkeeping

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from .compiled import fa3_gluon_compiled
 from .errors import InvalidConfig
-from .fa2 import (ALU_EPILOGUE_PER_OUT, ALU_PER_ACC, ALU_PER_MASKED_SCORE, ALU_PER_SCORE,
-                  block_is_masked, cta_cost_key, locate_q_block)
+from .fa2 import (ALU_EPILOGUE_PER_OUT, block_is_masked, cta_cost_key, locate_q_block, softmax_exps,
+                  softmax_other_instructions)
 from .ops import (TMA, Alu, Arrive, Exp, Item, Load, Loop, Mma, MmaWait, SmemIO, StepLatency, Store,
                   Tile, Wait, shared_accesses)
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
@@ -158,17 +158,14 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
     # from the softmax's arithmetic. The compiled loop issues more: at the default 128x128,
     # D = 128, a consumer warp issues 446 a step unmasked and 576-711 masked (the key tail,
     # the causal diagonal), against the estimate's 385 and 449 (exp2s included).
-    scores, exps = rows * bn, rows * bn + rows
     compiled_loop = fa3_gluon_compiled(p, cfg)
     lanes = WARPS_PER_WARPGROUP * 32
 
     def other_instructions(masked: bool) -> int:
         per_warp = compiled_loop.issue_masked if masked else compiled_loop.issue
-        if per_warp is not None:
-            return max(0, per_warp * lanes - exps)
-        return scores * ALU_PER_SCORE + rows * d * ALU_PER_ACC + (scores * ALU_PER_MASKED_SCORE if masked else 0)
+        return softmax_other_instructions(rows, bn, d, masked, None if per_warp is None else per_warp * lanes)
 
-    softmax_ops = {masked: (Alu(other_instructions(masked)), Exp(exps), StepLatency())
+    softmax_ops = {masked: (Alu(other_instructions(masked)), Exp(softmax_exps(rows, bn)), StepLatency())
                    for masked in (False, True)}
 
     def program(cta: int) -> CtaProgram:

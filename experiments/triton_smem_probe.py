@@ -73,17 +73,24 @@ GLUON_COLUMNS = ["block_m", "block_n", "num_warps", "num_stages", "head_dim", "c
                  "triton_version", "target", "date", "command"]
 
 
+def _gluon_config(consumers: int, bn: int, stages: int, pingpong: int):
+    """The Gluon kernel's TileConfig with `consumers` consumer warpgroups (and its producer's)."""
+    from algorithms.problem import TileConfig
+    from kernels.fa3_gluon import ROWS_PER_CONSUMER
+
+    return TileConfig(block_m=ROWS_PER_CONSUMER * consumers, block_n=bn, num_warps=4 * (consumers + 1),
+                      num_stages=stages, mma="wgmma", consumer_warpgroups=consumers, pingpong=bool(pingpong))
+
+
 def _one_gluon(args):
     consumers, bn, stages, d, causal, pingpong = args
     from algorithms.errors import GpusimError
-    from algorithms.problem import AttentionProblem, TileConfig
-    from kernels.fa3_gluon import ROWS_PER_CONSUMER, compiled_info
+    from algorithms.problem import AttentionProblem
+    from kernels.fa3_gluon import compiled_info
 
     p = AttentionProblem(batch=1, heads=16, seqlen_q=SEQLEN, head_dim=d, causal=bool(causal))
-    cfg = TileConfig(block_m=ROWS_PER_CONSUMER * consumers, block_n=bn, num_warps=4 * (consumers + 1),
-                     num_stages=stages, mma="wgmma", consumer_warpgroups=consumers, pingpong=bool(pingpong))
     try:
-        return args, compiled_info(p, cfg, pingpong=bool(pingpong)), ""
+        return args, compiled_info(p, _gluon_config(consumers, bn, stages, pingpong), pingpong=bool(pingpong)), ""
     except GpusimError as e:    # a config the kernel refuses (SMEM): left out
         return args, None, str(e)
     except Exception as e:  # a config Triton refuses to compile is a data point too
@@ -105,7 +112,8 @@ def probe_gluon(jobs: int, outdir: str, command: str) -> None:
             if res is None:
                 continue
             consumers, bn, stages, d, causal, pingpong = args
-            rows.append({"block_m": 64 * consumers, "block_n": bn, "num_warps": 4 * (consumers + 1),
+            cfg = _gluon_config(consumers, bn, stages, pingpong)
+            rows.append({"block_m": cfg.block_m, "block_n": bn, "num_warps": cfg.num_warps,
                          "num_stages": stages, "head_dim": d, "causal": causal, "dtype": "bf16",
                          "pingpong": pingpong,
                          **{k: "" if res.get(k) is None else res[k]

@@ -1216,7 +1216,7 @@ class Engine:
             # come: slots take the next CTA at `slots` CTAs a CTA's duration,
             # after the ghosts other slots took before this batch.
             begins = max(state["ghost_clock"], start)
-            state["ghost_clock"] = begins + duration / state["slots"]
+            state["ghost_clock"] = begins + duration / self._slots
             self._replay_ghost_loads(launch, ctas, start, duration, work[STORE],
                                      max(stats.recent_duration() for stats, _ in batch), begins)
         else:

@@ -17,6 +17,7 @@ from algorithms.problem import AttentionProblem, TileConfig
 
 from .occupancy import occupancy
 from .profile import HardwareProfile, load_profile
+from .symmetry import sliced, slices_for
 
 # The keys DESIGN.md promises in `--json`, in SI units; extra keys may follow.
 JSON_KEYS = ("runtime_us", "tflops", "hbm_read_bytes", "hbm_write_bytes", "l2_read_bytes",
@@ -150,12 +151,18 @@ def _predict(problem: AttentionProblem, config: TileConfig | None, gpu, algo: st
         load_bytes_by_tensor=counts.load_bytes, store_bytes_by_tensor=counts.store_bytes)
     if simulate:
         from .engine import simulate as run_engine
-        result = run_engine(schedule, gpu, fast=fast)
+        # The fast path simulates one of k equal parts of the run (symmetry.py);
+        # the full simulation, its reference, always the whole GPU.
+        k = (slices_for(problem, gpu.gpu.sm_count, gpu.l2.capacity_bytes,
+                        [(lp.grid, lp.ctas_per_sm) for lp in launches]) if fast else 1)
+        part = schedule if k == 1 else algorithms.build(algo, sliced(problem, k), cfg,
+                                                        hopper=gpu.features.wgmma)
+        result = run_engine(part, gpu, fast=fast, slices=k)
         pred.runtime_us = result.runtime_s * 1e6
         pred.tflops = problem.reference_flops() / result.runtime_s / 1e12
-        pred.hbm_read_bytes = result.hbm_read_bytes
-        pred.hbm_write_bytes = result.hbm_write_bytes
-        pred.l2_dirty_at_end_bytes = result.l2_dirty_at_end_bytes
+        pred.hbm_read_bytes = result.hbm_read_bytes * k
+        pred.hbm_write_bytes = result.hbm_write_bytes * k
+        pred.l2_dirty_at_end_bytes = result.l2_dirty_at_end_bytes * k
         pred.l2_hit_rate = result.l2_hit_rate
         pred.bottleneck, pred.bottleneck_share = result.bottleneck, result.bottleneck_share
         pred.unit_busy = result.unit_busy

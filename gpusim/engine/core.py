@@ -316,13 +316,16 @@ class _Cta:
 
 
 class Engine:
-    def __init__(self, schedule: Schedule, gpu, fast: bool = True, tracer=None):
+    def __init__(self, schedule: Schedule, gpu, fast: bool = True, tracer=None, slices: int = 1):
+        """slices: the schedule is one of that many equal parts of the run
+        (gpusim/symmetry.py); the engine gives it that share of the SMs, of
+        L2's capacity and of L2's and HBM's bandwidth."""
         self.schedule, self.gpu, self.fast, self.tracer = schedule, gpu, fast, tracer
         self.env = _Environment()
-        self.mem = MemorySystem(gpu, self.env)
+        self.mem = MemorySystem(gpu, self.env, slices)
         self.mem.footprint = sum(t.nbytes for t in schedule.tensors.values())
         self.mem.scratch = {name for name, t in schedule.tensors.items() if t.kind == "local"}
-        self.sms = [_SM(i) for i in range(gpu.gpu.sm_count)]
+        self.sms = [_SM(i) for i in range(gpu.gpu.sm_count // slices)]
         clock = gpu.clock_hz
         self.exp_rate = gpu.units.exp2_per_clk_per_sm * clock
         self.alu_rate = gpu.units.alu_ops_per_clk_per_sm * clock

@@ -55,13 +55,15 @@ class _Arrival:
 
 
 class MemorySystem:
-    def __init__(self, gpu, env):
+    def __init__(self, gpu, env, slices: int = 1):
+        """slices: this is one of that many equal parts of the GPU's L2 and
+        HBM (gpusim/symmetry.py)."""
         clock = gpu.clock_hz
-        self.capacity = gpu.l2.capacity_bytes
+        self.capacity = gpu.l2.capacity_bytes // slices
         self.l2 = SharedServer("l2_bandwidth", env)
         self.hbm = SharedServer("hbm_bandwidth", env)
-        self.l2_s_per_byte = 1.0 / (gpu.l2.bandwidth_gbps * 1e9)
-        self.hbm_s_per_byte = 1.0 / (gpu.hbm.sustained_bandwidth_gbps * 1e9)
+        self.l2_s_per_byte = slices / (gpu.l2.bandwidth_gbps * 1e9)
+        self.hbm_s_per_byte = slices / (gpu.hbm.sustained_bandwidth_gbps * 1e9)
         self.port_s_per_byte = 1.0 / (gpu.l2.sm_port_bytes_per_clk * clock)
         # an SM writes to L2 at half the rate it reads (calibrate.py l2_store: 31 against 59-103 B/clk)
         self.store_s_per_byte = 1.0 / (gpu.l2.sm_store_bytes_per_clk * clock)

@@ -91,6 +91,9 @@ def print_prediction(pred) -> None:
         print(f"  bottleneck {pred.bottleneck} ({pred.bottleneck_share:.0%} of the time)")
         print(f"  HBM        read {_fmt_bytes(pred.hbm_read_bytes)}, write {_fmt_bytes(pred.hbm_write_bytes)}"
               f"   L2 hit rate {pred.l2_hit_rate:.1%}")
+        if pred.simulated_parts and pred.simulated_parts > 1:
+            print(f"  simulated  1/{pred.simulated_parts} of the GPU with 1/{pred.simulated_parts} "
+                  f"of the heads, standing for the whole (gpusim/symmetry.py)")
     print(f"  FLOPs      matmul {pred.flops_matmul:.4g}   exp {pred.flops_exp:.4g}")
     print(f"  global     requested {_fmt_bytes(pred.l2_read_bytes)} read, "
           f"{_fmt_bytes(pred.global_write_bytes)} written; compulsory "

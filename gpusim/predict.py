@@ -71,6 +71,8 @@ class Prediction:
     bottleneck: str | None = None
     bottleneck_share: float | None = None
     unit_busy: dict[str, float] = field(default_factory=dict)
+    # the equal parts of the GPU the engine simulated one of (symmetry.py; 1: all of it)
+    simulated_parts: int | None = None
 
     @property
     def l2_read_bytes(self) -> int:
@@ -158,6 +160,7 @@ def _predict(problem: AttentionProblem, config: TileConfig | None, gpu, algo: st
         part = schedule if k == 1 else algorithms.build(algo, sliced(problem, k), cfg,
                                                         hopper=gpu.features.wgmma)
         result = run_engine(part, gpu, fast=fast, slices=k)
+        pred.simulated_parts = k
         pred.runtime_us = result.runtime_s * 1e6
         pred.tflops = problem.reference_flops() / result.runtime_s / 1e12
         pred.hbm_read_bytes = result.hbm_read_bytes * k

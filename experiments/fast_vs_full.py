@@ -7,9 +7,9 @@ each predicted with fast=True and fast=False on the h100 profile.
 The full simulation times every operation of every CTA on the whole GPU
 (seconds to tens of seconds a shape); the fast path simulates one of two
 equal parts of it where the problem allows (gpusim/symmetry.py) and
-extrapolates steady loops and CTA classes there (gpusim/engine/core.py). Both are the same model: the
-difference is the fast path's own error, apart from the model's error
-against the GPU.
+extrapolates steady loops and CTA classes there (gpusim/engine/core.py).
+Both are the same model: the difference is the fast path's own error, apart
+from the model's error against the GPU.
 """
 from __future__ import annotations
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from algorithms.problem import AttentionProblem
+from algorithms.schedule import attention_tensors
 
 PARTS = 2
 # waves a launch must have to be simulated in parts (fa2 causal on two parts:
@@ -51,10 +52,8 @@ MIN_WAVES = 12
 def group_bytes(problem: AttentionProblem) -> int:
     """The bytes of one K/V group's tensors: its K and V, and the Q and O of
     the query heads that read them."""
-    p = problem
-    heads_per_group = p.heads // p.kv_heads
-    return (2 * p.seqlen_kv * p.head_dim * p.elem_bytes
-            + heads_per_group * p.seqlen_q * p.head_dim * (p.elem_bytes + p.out_elem_bytes))
+    tensors = attention_tensors(problem, problem.out_elem_bytes, lse=False)
+    return sum(t.nbytes for t in tensors.values()) // (problem.batch * problem.kv_heads)
 
 
 def slices_for(problem: AttentionProblem, sm_count: int, l2_bytes: int,

@@ -63,8 +63,6 @@ def test_no_parts_for_many_heads_a_wave_or_few_waves(heads, per_head, per_sm, k)
 def test_half_the_gpu_follows_the_whole(algo, problem, tolerance):
     fast = predict(problem, None, H100, algo=algo)
     full = predict(problem, None, H100, algo=algo, fast=False)
-    launches = [(lp.grid, lp.ctas_per_sm) for lp in fast.launches]
-    assert slices_for(problem, H100.gpu.sm_count, L2, launches) == 2
     assert (fast.simulated_parts, full.simulated_parts) == (2, 1)
     assert abs(fast.runtime_us / full.runtime_us - 1) <= tolerance
     assert fast.global_read_bytes == full.global_read_bytes

@@ -37,6 +37,13 @@ CASES = [
     # two stages against three: measured 13% apart at N = 1024, predicted equal
     (1024, 128, False, 128, 128, 8, 2),
     (1024, 128, False, 128, 128, 8, 3),
+    # causal N = 16k, two stages against three (session 26): the fast path
+    # timed later CTAs' steps ~25% shorter than the first wave's, the full
+    # simulation kept the first wave's; which does the GPU do?
+    (16384, 128, True, 128, 64, 8, 2),
+    (16384, 128, True, 128, 64, 8, 3),
+    (16384, 128, True, 128, 128, 8, 2),
+    (16384, 128, True, 128, 128, 8, 3),
 ]
 FIELDS = ("case", "cta", "sm", "start_ns", "looped_ns", "end_ns", "clock_mhz", "kernel_us",
           "kernel_stamped_us", "gpu", "git_commit", "date", "command")
@@ -67,7 +74,7 @@ def cmd_measure(args) -> int:
         return 2
     prov = provenance(" ".join(["python experiments/fa2_stamps.py"] + sys.argv[1:]))
     rows = []
-    for case in CASES:
+    for case in selected(args.cases):
         problem, cfg = problem_config(case)
         q, k, v = make_inputs(problem.batch, problem.heads, problem.seqlen_q, problem.head_dim)
         ctas = -(-problem.seqlen_q // cfg.block_m) * problem.batch * problem.heads
@@ -94,6 +101,14 @@ def cmd_measure(args) -> int:
     write_csv_atomic(args.out, rows, FIELDS)
     print(f"wrote {args.out}")
     return 0
+
+
+def selected(names: str | None) -> list:
+    """CASES, or those named in a comma-separated list (main checks the names)."""
+    if not names:
+        return CASES
+    by_name = {case_name(c): c for c in CASES}
+    return [by_name[n] for n in names.split(",")]
 
 
 def phases(ctas):
@@ -191,7 +206,7 @@ def cmd_compare(args) -> int:
           f"| SM clock MHz meas (profile {profile_mhz:.0f}) | CTA kcycles meas / pred "
           f"| CTA µs = a + b × its K/V steps, meas / pred |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for case in CASES:
+    for case in selected(args.cases):
         name = case_name(case)
         if name not in by_case:
             continue
@@ -214,12 +229,19 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("measure", help="GPU: stamp every CTA of the cases")
     p.add_argument("--out", default="experiments/results/fa2_stamps_h100.csv")
+    p.add_argument("--cases", help="comma-separated case names (default: all)")
     p.set_defaults(func=cmd_measure)
     p = sub.add_parser("compare", help="CPU: measured CTA phases beside the engine's")
     p.add_argument("--measured", default="experiments/results/fa2_stamps_h100.csv")
     p.add_argument("--profile", default="h100")
+    p.add_argument("--cases", help="comma-separated case names (default: all)")
     p.set_defaults(func=cmd_compare)
     args = ap.parse_args(argv)
+    unknown = [n for n in (args.cases or "").split(",") if n and n not in map(case_name, CASES)]
+    if unknown:
+        print(f"fa2_stamps: unknown case {', '.join(unknown)}; cases: {', '.join(map(case_name, CASES))}",
+              file=sys.stderr)
+        return 2
     return args.func(args)
 
 

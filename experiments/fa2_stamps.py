@@ -103,6 +103,61 @@ def cmd_measure(args) -> int:
     return 0
 
 
+# The lockstep question (session 26): at causal N16k D128 with two stages the
+# first wave, 128 CTAs of one head started together, steps ~25% slower than
+# every later CTA. Either they wait on L2's bandwidth in bursts (all load at
+# once), or on HBM (all stand at the frontier of the head's K/V, so every
+# tile they load is a miss). Two heads' Q, K, V and O (32 MB) fit L2 (50 MB):
+# launched again without a flush, the first wave's tiles hit; if its steps
+# stay slow, the bursts are the cause.
+WARMTH_HEADS = 2
+WARMTH_CASES = [(16384, 128, True, 128, 64, 8, 2), (16384, 128, True, 128, 64, 8, 3)]
+L2_FLUSH_BYTES = 256 << 20
+
+
+def cmd_warmth(args) -> int:
+    import torch
+
+    from kernels import fa2
+    from kernels.common import make_inputs
+    from kernels.provenance import provenance, write_csv_atomic
+
+    if not torch.cuda.is_available():
+        print("fa2_stamps warmth: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    prov = provenance(" ".join(["python experiments/fa2_stamps.py"] + sys.argv[1:]))
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    rows = []
+    for case in WARMTH_CASES:
+        problem, cfg = problem_config(case)
+        problem = AttentionProblem(batch=1, heads=WARMTH_HEADS, seqlen_q=problem.seqlen_q,
+                                   head_dim=problem.head_dim, causal=problem.causal)
+        q, k, v = make_inputs(1, WARMTH_HEADS, problem.seqlen_q, problem.head_dim)
+        ctas = -(-problem.seqlen_q // cfg.block_m) * WARMTH_HEADS
+        stamps = torch.zeros(ctas, fa2.STAMP_SLOTS, dtype=torch.int64, device="cuda")
+        for rep in range(3):
+            for warm in (False, True):
+                if not warm:
+                    flush.zero_()
+                    torch.cuda.synchronize()
+                fa2.forward(q, k, v, causal=True, config=cfg, stamps=stamps)
+                torch.cuda.synchronize()
+                s = stamps.cpu().tolist()
+                t0 = min(r[0] for r in s)
+                variant = f"{case_name(case)}_H{WARMTH_HEADS}_{'warm' if warm else 'cold'}"
+                for i, (start, looped, end, sm, start_clk, end_clk) in enumerate(s):
+                    mhz = (end_clk - start_clk) / (end - start) * 1e3 if end > start else float("nan")
+                    rows.append({"case": variant, "rep": rep, "cta": i, "sm": sm, "start_ns": start - t0,
+                                 "looped_ns": looped - t0, "end_ns": end - t0, "clock_mhz": round(mhz, 1),
+                                 "gpu": prov.get("gpu", ""), "git_commit": prov.get("git_commit", ""),
+                                 "date": prov.get("date", ""), "command": prov.get("command", "")})
+                print(f"{variant} rep {rep}: span {(max(r[2] for r in s) - t0) / 1e3:.1f} us", flush=True)
+    write_csv_atomic(args.out, rows, ("case", "rep", "cta", "sm", "start_ns", "looped_ns", "end_ns",
+                                      "clock_mhz", "gpu", "git_commit", "date", "command"))
+    print(f"wrote {args.out}")
+    return 0
+
+
 def selected(names: str | None) -> list:
     """CASES, or those named in a comma-separated list (main checks the names)."""
     if not names:
@@ -231,6 +286,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="experiments/results/fa2_stamps_h100.csv")
     p.add_argument("--cases", help="comma-separated case names (default: all)")
     p.set_defaults(func=cmd_measure)
+    p = sub.add_parser("warmth", help="GPU: the first wave's steps with the K/V in L2 or not")
+    p.add_argument("--out", default="experiments/results/fa2_stamps_warmth_h100.csv")
+    p.set_defaults(func=cmd_warmth, cases=None)
     p = sub.add_parser("compare", help="CPU: measured CTA phases beside the engine's")
     p.add_argument("--measured", default="experiments/results/fa2_stamps_h100.csv")
     p.add_argument("--profile", default="h100")

@@ -1,0 +1,135 @@
+"""Do CTAs in lock-step wait on L2's bandwidth, or on reading the same tiles?
+
+A diagnostic, not a calibration (nothing here feeds a profile). At causal
+N16k D128 with two stages, fa2's first wave -- 128 CTAs of one head started
+together -- steps ~25% slower than every CTA started later, with the head's
+K/V in L2 or not (experiments/results/fa2_stamps_warmth_h100.csv, session
+26). Two explanations: the SMs' loads come in bursts, all at once, and wait
+for L2's bandwidth (what the engine models), or many SMs reading the same
+tile at the same moment are served slower than the same bytes spread over
+many tiles (which it does not).
+
+Here one CTA an SM (132 on the H100) streams an L2-resident ring of K/V
+tiles through an fa2-like step (S = Q Kᵀ, P = exp2(S), acc += P V) in a
+two- or three-stage pipeline; every CTA starts together. `shared`: all read
+tile j at step j; `distinct`: CTA c reads tile (c + j) mod the ring, so no
+two read the same tile at once; `staggered`: as shared, but CTA c first
+waits c·(step / 132) -- the same tiles, out of step. Each CTA records the
+global timer before and after its loop.
+
+    PYTHONPATH=. python experiments/lockstep_probe.py --out $OUT/lockstep_probe_h100.csv
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+BLOCK_M, BLOCK_N, HEAD_DIM, WARPS = 128, 64, 128, 8
+RING_TILES = 256        # 256 x 2 x 16 KB = 8 MB of K and V: L2-resident (50 MB)
+STEPS = 512
+MODES = {"shared": 0, "distinct": 1, "staggered": 2}
+FIELDS = ("mode", "stages", "rep", "cta", "sm", "loop_ns", "step_ns", "gpu", "git_commit", "date", "command")
+
+
+def _kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _timer(after):
+        return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [after], dtype=tl.int64,
+                                         is_pure=False, pack=1)
+
+    @triton.jit
+    def _smid(after):
+        return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [after], dtype=tl.int32,
+                                         is_pure=False, pack=1)
+
+    @triton.jit
+    def _stream(Q, K, V, OUT, STAMPS, steps, ring, wait_ns, MODE: tl.constexpr, STAGES: tl.constexpr,
+                BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+        cta = tl.program_id(0)
+        offs_m, offs_n, offs_d = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, D)
+        q = tl.load(Q + offs_m[:, None] * D + offs_d[None, :])
+        if MODE == 2:   # staggered: spin until this CTA's offset has passed
+            t0 = _timer(cta)
+            now = t0
+            while now - t0 < cta * wait_ns:
+                now = _timer(cta)
+        if MODE == 1:
+            first = cta
+        else:
+            first = cta * 0
+        acc = tl.zeros([BM, D], dtype=tl.float32)
+        started = _timer(tl.sum(q.to(tl.float32), axis=1).to(tl.int32, bitcast=True))
+        for j in tl.range(0, steps, num_stages=STAGES):
+            t = (first + j) % ring
+            k = tl.load(K + t * BN * D + offs_n[:, None] * D + offs_d[None, :])
+            s = tl.dot(q, tl.trans(k))
+            p = tl.exp2(s * 0.001).to(tl.bfloat16)
+            v = tl.load(V + t * BN * D + offs_n[:, None] * D + offs_d[None, :])
+            acc += tl.dot(p, v)
+        ended = _timer(tl.sum(acc, axis=1).to(tl.int32, bitcast=True))
+        tl.store(OUT + cta * BM * D + offs_m[:, None] * D + offs_d[None, :], acc.to(tl.bfloat16))
+        rows = tl.arange(0, BM)
+        tl.store(STAMPS + cta * 3 + 0 + rows * 0, started, mask=rows == 0)
+        tl.store(STAMPS + cta * 3 + 1 + rows * 0, ended, mask=rows == 0)
+        tl.store(STAMPS + cta * 3 + 2 + rows * 0, _smid(offs_m).to(tl.int64), mask=rows == 0)
+
+    return _stream
+
+
+def measure(out: str) -> int:
+    import torch
+
+    from kernels.provenance import provenance, write_csv_atomic
+
+    if not torch.cuda.is_available():
+        print("lockstep_probe: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    prov = provenance(" ".join(["python experiments/lockstep_probe.py"] + sys.argv[1:]))
+    kernel = _kernel()
+    ctas = torch.cuda.get_device_properties(0).multi_processor_count
+    q = torch.randn(BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(RING_TILES * BLOCK_N, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    o = torch.empty(ctas, BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    stamps = torch.zeros(ctas, 3, dtype=torch.int64, device="cuda")
+    rows = []
+    for stages in (2, 3):
+        for mode, code in MODES.items():
+            # the staggered CTAs' offsets spread over one step of the shared run
+            wait = 0
+            if code == 2:
+                shared = [r for r in rows if r["mode"] == "shared" and r["stages"] == stages]
+                wait = int(statistics.median(r["step_ns"] for r in shared) / ctas)
+            for rep in range(4):    # the first warms L2 and compiles; kept, marked rep 0
+                kernel[(ctas,)](q, k, v, o, stamps, STEPS, RING_TILES, wait, MODE=code, STAGES=stages,
+                                BM=BLOCK_M, BN=BLOCK_N, D=HEAD_DIM, num_warps=WARPS)
+                torch.cuda.synchronize()
+                for c, (start, end, sm) in enumerate(stamps.cpu().tolist()):
+                    rows.append({"mode": mode, "stages": stages, "rep": rep, "cta": c, "sm": sm,
+                                 "loop_ns": end - start, "step_ns": round((end - start) / STEPS, 1),
+                                 "gpu": prov.get("gpu", ""), "git_commit": prov.get("git_commit", ""),
+                                 "date": prov.get("date", ""), "command": prov.get("command", "")})
+            last = [r["step_ns"] for r in rows if r["mode"] == mode and r["stages"] == stages and r["rep"] > 0]
+            print(f"{mode:9s} stages {stages}: step median {statistics.median(last):.0f} ns "
+                  f"(p10 {sorted(last)[len(last) // 10]:.0f}, p90 {sorted(last)[9 * len(last) // 10]:.0f})",
+                  flush=True)
+    write_csv_atomic(out, rows, FIELDS)
+    print(f"wrote {out}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="experiments/results/lockstep_probe_h100.csv")
+    return measure(ap.parse_args(argv).out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

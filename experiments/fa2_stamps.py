@@ -44,6 +44,8 @@ CASES = [
     (16384, 128, True, 128, 64, 8, 3),
     (16384, 128, True, 128, 128, 8, 2),
     (16384, 128, True, 128, 128, 8, 3),
+    # ... and not causal: every wave starts (nearly) together
+    (16384, 128, False, 128, 64, 8, 2),
 ]
 FIELDS = ("case", "cta", "sm", "start_ns", "looped_ns", "end_ns", "clock_mhz", "kernel_us",
           "kernel_stamped_us", "gpu", "git_commit", "date", "command")

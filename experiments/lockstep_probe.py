@@ -15,7 +15,9 @@ two- or three-stage pipeline; every CTA starts together. `shared`: all read
 tile j at step j; `distinct`: CTA c reads tile (c + j) mod the ring, so no
 two read the same tile at once; `staggered`: as shared, but CTA c first
 waits c·(step / 132) -- the same tiles, out of step. Each CTA records the
-global timer before and after its loop.
+global timer before and after its loop. `waves`: the shared run with three
+CTAs an SM's worth of CTAs, one an SM at a time: do the later waves step
+as the first?
 
     PYTHONPATH=. python experiments/lockstep_probe.py --out $OUT/lockstep_probe_h100.csv
 """
@@ -31,8 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BLOCK_M, BLOCK_N, HEAD_DIM, WARPS = 128, 64, 128, 8
 RING_TILES = 256        # 256 x 2 x 16 KB = 8 MB of K and V: L2-resident (50 MB)
 STEPS = 512
-MODES = {"shared": 0, "distinct": 1, "staggered": 2}
-FIELDS = ("mode", "stages", "rep", "cta", "sm", "loop_ns", "step_ns", "gpu", "git_commit", "date", "command")
+MODES = {"shared": 0, "distinct": 1, "staggered": 2, "waves": 0}
+WAVES = 3
+FIELDS = ("mode", "stages", "rep", "cta", "sm", "start_ns", "loop_ns", "step_ns", "gpu", "git_commit", "date", "command")
 
 
 def _kernel():
@@ -97,8 +100,8 @@ def measure(out: str) -> int:
     q = torch.randn(BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(RING_TILES * BLOCK_N, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
-    o = torch.empty(ctas, BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    stamps = torch.zeros(ctas, 3, dtype=torch.int64, device="cuda")
+    o = torch.empty(WAVES * ctas, BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    stamps = torch.zeros(WAVES * ctas, 3, dtype=torch.int64, device="cuda")
     rows = []
     for stages in (2, 3):
         for mode, code in MODES.items():
@@ -108,11 +111,13 @@ def measure(out: str) -> int:
                 shared = [r for r in rows if r["mode"] == "shared" and r["stages"] == stages]
                 wait = int(statistics.median(r["step_ns"] for r in shared) / ctas)
             for rep in range(4):    # the first warms L2 and compiles; kept, marked rep 0
-                kernel[(ctas,)](q, k, v, o, stamps, STEPS, RING_TILES, wait, MODE=code, STAGES=stages,
+                grid = WAVES * ctas if mode == "waves" else ctas
+                kernel[(grid,)](q, k, v, o, stamps, STEPS, RING_TILES, wait, MODE=code, STAGES=stages,
                                 BM=BLOCK_M, BN=BLOCK_N, D=HEAD_DIM, num_warps=WARPS)
                 torch.cuda.synchronize()
-                for c, (start, end, sm) in enumerate(stamps.cpu().tolist()):
+                for c, (start, end, sm) in enumerate(stamps[:grid].cpu().tolist()):
                     rows.append({"mode": mode, "stages": stages, "rep": rep, "cta": c, "sm": sm,
+                                 "start_ns": start,
                                  "loop_ns": end - start, "step_ns": round((end - start) / STEPS, 1),
                                  "gpu": prov.get("gpu", ""), "git_commit": prov.get("git_commit", ""),
                                  "date": prov.get("date", ""), "command": prov.get("command", "")})
@@ -120,6 +125,11 @@ def measure(out: str) -> int:
             print(f"{mode:9s} stages {stages}: step median {statistics.median(last):.0f} ns "
                   f"(p10 {sorted(last)[len(last) // 10]:.0f}, p90 {sorted(last)[9 * len(last) // 10]:.0f})",
                   flush=True)
+            if mode == "waves":
+                for w in range(WAVES):
+                    part = [r["step_ns"] for r in rows if r["mode"] == mode and r["stages"] == stages
+                            and r["rep"] > 0 and w * ctas <= r["cta"] < (w + 1) * ctas]
+                    print(f"  wave {w}: step median {statistics.median(part):.0f} ns", flush=True)
     write_csv_atomic(out, rows, FIELDS)
     print(f"wrote {out}")
     return 0

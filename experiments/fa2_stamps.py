@@ -46,6 +46,10 @@ CASES = [
     (16384, 128, True, 128, 128, 8, 3),
     # ... and not causal: every wave starts (nearly) together
     (16384, 128, False, 128, 64, 8, 2),
+    # one warpgroup a CTA (4 warps): is the first wave still slower?
+    (16384, 128, False, 128, 64, 4, 2),
+    (16384, 128, False, 64, 64, 4, 2),
+    (16384, 128, True, 128, 64, 4, 2),
 ]
 FIELDS = ("case", "cta", "sm", "start_ns", "looped_ns", "end_ns", "clock_mhz", "kernel_us",
           "kernel_stamped_us", "gpu", "git_commit", "date", "command")

@@ -19,7 +19,14 @@ global timer before and after its loop. `waves`: the shared run with three
 CTAs an SM's worth of CTAs, one an SM at a time: do the later waves step
 as the first?
 
+`--where`: one pass over the ring (256 steps, shared, two stages) with L2
+flushed first (every tile from HBM, all CTAs at its frontier), with the ring
+read by every SM before (`all`), and with it read by one CTA alone after a
+flush (`one`): is a tile that one SM brought into L2 as near to the others
+as one they all read before? (H100's L2 is two partitions.)
+
     PYTHONPATH=. python experiments/lockstep_probe.py --out $OUT/lockstep_probe_h100.csv
+    PYTHONPATH=. python experiments/lockstep_probe.py --where --out $OUT/lockstep_where_h100.csv
 """
 from __future__ import annotations
 
@@ -135,10 +142,67 @@ def measure(out: str) -> int:
     return 0
 
 
+L2_FLUSH_BYTES = 256 << 20
+WHERE = ("flushed", "all", "one")
+
+
+def measure_where(out: str) -> int:
+    import torch
+
+    from kernels.provenance import provenance, write_csv_atomic
+
+    if not torch.cuda.is_available():
+        print("lockstep_probe: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    prov = provenance(" ".join(["python experiments/lockstep_probe.py"] + sys.argv[1:]))
+    kernel = _kernel()
+    ctas = torch.cuda.get_device_properties(0).multi_processor_count
+    q = torch.randn(BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(RING_TILES * BLOCK_N, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    o = torch.empty(ctas, BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    stamps = torch.zeros(ctas, 3, dtype=torch.int64, device="cuda")
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+
+    def run(grid):
+        kernel[(grid,)](q, k, v, o, stamps, RING_TILES, RING_TILES, 0, MODE=0, STAGES=2,
+                        BM=BLOCK_M, BN=BLOCK_N, D=HEAD_DIM, num_warps=WARPS)
+        torch.cuda.synchronize()
+
+    run(ctas)   # compiles
+    rows = []
+    for rep in range(5):
+        for where in WHERE:
+            if where != "all":
+                flush.zero_()
+                torch.cuda.synchronize()
+            if where == "one":
+                run(1)
+            elif where == "all":
+                run(ctas)
+            run(ctas)
+            for c, (start, end, sm) in enumerate(stamps.cpu().tolist()):
+                rows.append({"mode": f"where_{where}", "stages": 2, "rep": rep, "cta": c, "sm": sm,
+                             "start_ns": start, "loop_ns": end - start,
+                             "step_ns": round((end - start) / RING_TILES, 1),
+                             "gpu": prov.get("gpu", ""), "git_commit": prov.get("git_commit", ""),
+                             "date": prov.get("date", ""), "command": prov.get("command", "")})
+    for where in WHERE:
+        steps = [r["step_ns"] for r in rows if r["mode"] == f"where_{where}"]
+        print(f"ring {where:8s}: step median {statistics.median(steps):.0f} ns "
+              f"(p10 {sorted(steps)[len(steps) // 10]:.0f}, p90 {sorted(steps)[9 * len(steps) // 10]:.0f})",
+              flush=True)
+    write_csv_atomic(out, rows, FIELDS)
+    print(f"wrote {out}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="experiments/results/lockstep_probe_h100.csv")
-    return measure(ap.parse_args(argv).out)
+    ap.add_argument("--where", action="store_true", help="the ring flushed, read by all SMs, or by one")
+    a = ap.parse_args(argv)
+    return measure_where(a.out) if a.where else measure(a.out)
 
 
 if __name__ == "__main__":

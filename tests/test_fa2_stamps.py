@@ -60,3 +60,15 @@ def test_stamps_are_ordered_and_name_real_sms():
         fa2.forward(q, k, v, config=cfg, stamps=stamps[:3])
     with pytest.raises(ValueError, match="stamps must be an int64 tensor"):
         fa2.forward(q, k, v, config=cfg, stamps=stamps.float())
+
+
+def test_an_unknown_case_is_one_line_and_exit_2(capsys):
+    assert fa2_stamps.main(["compare", "--cases", "N16384_D128_c1_128x64w8s2,nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown case nope" in err and "N16384_D128_c1_128x64w8s2" in err and err.count("\n") == 1
+
+
+def test_named_cases_are_taken_in_the_order_given():
+    names = "N16384_D128_c1_128x64w8s3,N512_D128_c0_128x64w8s3"
+    assert [fa2_stamps.case_name(c) for c in fa2_stamps.selected(names)] == names.split(",")
+    assert fa2_stamps.selected(None) == fa2_stamps.CASES

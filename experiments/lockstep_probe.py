@@ -27,6 +27,14 @@ as one they all read before? (H100's L2 is two partitions.)
 
     PYTHONPATH=. python experiments/lockstep_probe.py --out $OUT/lockstep_probe_h100.csv
     PYTHONPATH=. python experiments/lockstep_probe.py --where --out $OUT/lockstep_where_h100.csv
+
+`--predict` (CPU, no GPU): the engine's full simulation of the same probe,
+its steps as fa2's 128x64 8-warp steps (two warpgroups, the online softmax's
+instructions with them), over one pass of the ring (L2 empty at the start:
+the flushed pass) and two (the second pass warm), shared, distinct and
+staggered (a stagger is an ALU delay before the loop):
+
+    PYTHONPATH=. python experiments/lockstep_probe.py --predict [--profile h100]
 """
 from __future__ import annotations
 
@@ -34,6 +42,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -142,6 +151,62 @@ def measure(out: str) -> int:
     return 0
 
 
+def probe_schedule(mode: str, stages: int, steps: int, gpu):
+    """The probe as a Schedule the engine replays (see --predict)."""
+    from algorithms.fa2 import step_ops
+    from algorithms.ops import Alu, Load, MmaWait, Tile
+    from algorithms.problem import AttentionProblem, TileConfig
+    from algorithms.schedule import CtaProgram, Launch, Role, Schedule, head_layout, pipelined_loop
+
+    ctas, roles, warps = gpu.gpu.sm_count, 2, WARPS // 2
+    problem = AttentionProblem(batch=1, heads=ctas, seqlen_q=BLOCK_M, head_dim=HEAD_DIM, kv_heads=1,
+                               seqlen_kv=RING_TILES * BLOCK_N)
+    cfg = TileConfig(block_m=BLOCK_M, block_n=BLOCK_N, num_warps=WARPS, num_stages=stages)
+    rows, part = BLOCK_M // roles, BLOCK_N * HEAD_DIM * 2 // roles
+    step = step_ops("bf16", cfg.mma, rows, BLOCK_N, HEAD_DIM)
+    # a stagger of one step of the shared probe over the CTAs (the GPU's
+    # 1235 ns at two stages), as ALU work on the CTA's own SM
+    alu_per_ns = gpu.units.alu_ops_per_clk_per_sm * gpu.clock_hz / 1e9
+
+    def program(c: int) -> CtaProgram:
+        first = c if mode == "distinct" else 0
+
+        def role(k: int) -> Role:
+            def loads_of(j: int):     # role k's half of the step's K and V tiles
+                t = (first + j) % RING_TILES
+                return [Load(Tile("K", 0, 0, t, k), part), Load(Tile("V", 0, 0, t, k), part)]
+            delay = [Alu(int(c * 1235 / ctas * alu_per_ns))] if mode == "staggered" and c else []
+            loop = pipelined_loop("ring", steps, loads_of, lambda j: step, stages, lambda j: 0,
+                                  role=k, roles=roles)
+            return Role(f"warpgroup{k}", warps, (*delay, *loop, MmaWait(0)))
+        return CtaProgram(tuple(role(k) for k in range(roles)))
+
+    # 96 KB of SMEM (Q and two stages of K and V) or more: one CTA an SM, as on the GPU
+    launch = Launch("lockstep_probe", ctas, WARPS * 32, gpu.residency.smem_per_block_bytes, 128, program,
+                    **head_layout(1, ctas, key=None))
+    return Schedule("lockstep_probe", problem, cfg, (launch,), {})
+
+
+def predict(profile: str) -> int:
+    from gpusim.engine import simulate
+    from gpusim.profile import load_profile
+
+    gpu = load_profile(profile)
+    ctas = gpu.gpu.sm_count
+    for stages in (2, 3):
+        for mode in ("shared", "distinct", "staggered"):
+            ns = {}
+            for steps in (RING_TILES, 2 * RING_TILES):
+                t0 = time.time()
+                result = simulate(probe_schedule(mode, stages, steps, gpu), gpu, fast=False)
+                ns[steps] = result.runtime_s * 1e9
+            flushed = ns[RING_TILES] / RING_TILES
+            warm = (ns[2 * RING_TILES] - ns[RING_TILES]) / RING_TILES
+            print(f"{mode:9s} stages {stages}: flushed pass {flushed:.0f} ns a step, warm pass {warm:.0f} "
+                  f"({ctas} CTAs, {time.time() - t0:.0f} s a simulation)", flush=True)
+    return 0
+
+
 L2_FLUSH_BYTES = 256 << 20
 WHERE = ("flushed", "all", "one")
 
@@ -201,7 +266,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="experiments/results/lockstep_probe_h100.csv")
     ap.add_argument("--where", action="store_true", help="the ring flushed, read by all SMs, or by one")
+    ap.add_argument("--predict", action="store_true", help="CPU: the engine's replay of the probe")
+    ap.add_argument("--profile", default="h100")
     a = ap.parse_args(argv)
+    if a.predict:
+        return predict(a.profile)
     return measure_where(a.out) if a.where else measure(a.out)
 
 

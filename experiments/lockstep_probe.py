@@ -175,7 +175,8 @@ def probe_schedule(mode: str, stages: int, steps: int, gpu):
             def loads_of(j: int):     # role k's half of the step's K and V tiles
                 t = (first + j) % RING_TILES
                 return [Load(Tile("K", 0, 0, t, k), part), Load(Tile("V", 0, 0, t, k), part)]
-            delay = [Alu(int(c * 1235 / ctas * alu_per_ns))] if mode == "staggered" and c else []
+            # (warpgroup 0 waits; warpgroup 1 meets it at the loop's first barrier)
+            delay = [Alu(int(c * 1235 / ctas * alu_per_ns))] if mode == "staggered" and c and k == 0 else []
             loop = pipelined_loop("ring", steps, loads_of, lambda j: step, stages, lambda j: 0,
                                   role=k, roles=roles)
             return Role(f"warpgroup{k}", warps, (*delay, *loop, MmaWait(0)))

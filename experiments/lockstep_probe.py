@@ -27,6 +27,7 @@ as one they all read before? (H100's L2 is two partitions.)
 
     PYTHONPATH=. python experiments/lockstep_probe.py --out $OUT/lockstep_probe_h100.csv
     PYTHONPATH=. python experiments/lockstep_probe.py --where --out $OUT/lockstep_where_h100.csv
+    PYTHONPATH=. python experiments/lockstep_probe.py --sizes --out $OUT/lockstep_sizes_h100.csv
 
 `--predict` (CPU, no GPU): the engine's full simulation of the same probe,
 its steps as fa2's 128x64 8-warp steps (two warpgroups, the online softmax's
@@ -70,7 +71,7 @@ def _kernel():
 
     @triton.jit
     def _stream(Q, K, V, OUT, STAMPS, steps, ring, wait_ns, MODE: tl.constexpr, STAGES: tl.constexpr,
-                BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+                BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, PV: tl.constexpr = True):
         cta = tl.program_id(0)
         offs_m, offs_n, offs_d = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, D)
         q = tl.load(Q + offs_m[:, None] * D + offs_d[None, :])
@@ -91,7 +92,10 @@ def _kernel():
             s = tl.dot(q, tl.trans(k))
             p = tl.exp2(s * 0.001).to(tl.bfloat16)
             v = tl.load(V + t * BN * D + offs_n[:, None] * D + offs_d[None, :])
-            acc += tl.dot(p, v)
+            if PV:
+                acc += tl.dot(p, v)
+            else:   # V read, no product: what is exposed with nothing to overlap the copies
+                acc += tl.sum(v.to(tl.float32), axis=0)[None, :] + tl.sum(p.to(tl.float32), axis=1)[:, None]
         ended = _timer(tl.sum(acc, axis=1).to(tl.int32, bitcast=True))
         tl.store(OUT + cta * BM * D + offs_m[:, None] * D + offs_d[None, :], acc.to(tl.bfloat16))
         rows = tl.arange(0, BM)
@@ -210,6 +214,57 @@ def predict(profile: str) -> int:
 
 L2_FLUSH_BYTES = 256 << 20
 WHERE = ("flushed", "all", "one")
+SIZES = (32, 64, 128)      # block_n: 8, 16 and 32 KB of K and of V a step
+
+
+def measure_sizes(out: str) -> int:
+    """Warm, shared, two stages against three, with and without the P·V
+    product, at three tile sizes: is the two-stage penalty a latency (the
+    same at every size) or bytes, and does the P·V hide any of it?"""
+    import torch
+
+    from kernels.provenance import provenance, write_csv_atomic
+
+    if not torch.cuda.is_available():
+        print("lockstep_probe: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    prov = provenance(" ".join(["python experiments/lockstep_probe.py"] + sys.argv[1:]))
+    kernel = _kernel()
+    ctas = torch.cuda.get_device_properties(0).multi_processor_count
+    ring_bytes = RING_TILES * BLOCK_N * HEAD_DIM * 2       # 4 MB of K, as the other runs
+    q = torch.randn(BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    o = torch.empty(ctas, BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    stamps = torch.zeros(ctas, 3, dtype=torch.int64, device="cuda")
+    rows = []
+    for bn in SIZES:
+        ring = ring_bytes // (bn * HEAD_DIM * 2)
+        k = torch.randn(ring * bn, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        for pv in (True, False):
+            for stages in (2, 3):
+                try:
+                    for rep in range(4):    # rep 0 warms L2 and compiles
+                        kernel[(ctas,)](q, k, v, o, stamps, STEPS, ring, 0, MODE=0, STAGES=stages, BM=BLOCK_M,
+                                        BN=bn, D=HEAD_DIM, PV=pv, num_warps=WARPS)
+                        torch.cuda.synchronize()
+                        if rep == 0:
+                            continue
+                        for c, (start, end, sm) in enumerate(stamps.cpu().tolist()):
+                            rows.append({"mode": f"sizes_bn{bn}_{'pv' if pv else 'nopv'}", "stages": stages,
+                                         "rep": rep, "cta": c, "sm": sm, "start_ns": start, "loop_ns": end - start,
+                                         "step_ns": round((end - start) / STEPS, 1), "gpu": prov.get("gpu", ""),
+                                         "git_commit": prov.get("git_commit", ""), "date": prov.get("date", ""),
+                                         "command": prov.get("command", "")})
+                    steps = [r["step_ns"] for r in rows if r["mode"] == f"sizes_bn{bn}_{'pv' if pv else 'nopv'}"
+                             and r["stages"] == stages]
+                    print(f"block_n {bn:3d} {'P·V' if pv else 'no P·V'} stages {stages}: step median "
+                          f"{statistics.median(steps):.0f} ns", flush=True)
+                except Exception as e:  # a config that does not fit is a data point too
+                    print(f"block_n {bn} {'P·V' if pv else 'no P·V'} stages {stages}: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:100]}", flush=True)
+    write_csv_atomic(out, rows, FIELDS)
+    print(f"wrote {out}")
+    return 0
 
 
 def measure_where(out: str) -> int:
@@ -267,11 +322,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="experiments/results/lockstep_probe_h100.csv")
     ap.add_argument("--where", action="store_true", help="the ring flushed, read by all SMs, or by one")
+    ap.add_argument("--sizes", action="store_true", help="two stages against three by tile size, with and without P·V")
     ap.add_argument("--predict", action="store_true", help="CPU: the engine's replay of the probe")
     ap.add_argument("--profile", default="h100")
     a = ap.parse_args(argv)
     if a.predict:
         return predict(a.profile)
+    if a.sizes:
+        return measure_sizes(a.out)
     return measure_where(a.out) if a.where else measure(a.out)
 
 

@@ -1,5 +1,6 @@
-"""Do CTAs in lock-step wait on L2's bandwidth, or on reading the same tiles?
+"""What fa2's two-stage step waits for on the GPU: L2 in lock-step, the frontier, the copy.
 
+Do CTAs in lock-step wait on L2's bandwidth, or on reading the same tiles?
 A diagnostic, not a calibration (nothing here feeds a profile). At causal
 N16k D128 with two stages, fa2's first wave -- 128 CTAs of one head started
 together -- steps ~25% slower than every CTA started later, with the head's
@@ -33,7 +34,7 @@ as one they all read before? (H100's L2 is two partitions.)
 its steps as fa2's 128x64 8-warp steps (two warpgroups, the online softmax's
 instructions with them), over one pass of the ring (L2 empty at the start:
 the flushed pass) and two (the second pass warm), shared, distinct and
-staggered (a stagger is an ALU delay before the loop):
+staggered (a stagger is warpgroup 0's ALU work before the loop):
 
     PYTHONPATH=. python experiments/lockstep_probe.py --predict [--profile h100]
 """
@@ -49,6 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 BLOCK_M, BLOCK_N, HEAD_DIM, WARPS = 128, 64, 128, 8
 RING_TILES = 256        # 256 x 2 x 16 KB = 8 MB of K and V: L2-resident (50 MB)
+STAGGER_NS = 1235       # --predict's stagger: the GPU's shared step at two stages (lockstep_probe_h100.csv)
 STEPS = 512
 MODES = {"shared": 0, "distinct": 1, "staggered": 2, "waves": 0}
 WAVES = 3
@@ -168,8 +170,7 @@ def probe_schedule(mode: str, stages: int, steps: int, gpu):
     cfg = TileConfig(block_m=BLOCK_M, block_n=BLOCK_N, num_warps=WARPS, num_stages=stages)
     rows, part = BLOCK_M // roles, BLOCK_N * HEAD_DIM * 2 // roles
     step = step_ops("bf16", cfg.mma, rows, BLOCK_N, HEAD_DIM)
-    # a stagger of one step of the shared probe over the CTAs (the GPU's
-    # 1235 ns at two stages), as ALU work on the CTA's own SM
+    # a stagger of one step of the shared probe over the CTAs, as ALU work on the CTA's own SM
     alu_per_ns = gpu.units.alu_ops_per_clk_per_sm * gpu.clock_hz / 1e9
 
     def program(c: int) -> CtaProgram:
@@ -180,7 +181,8 @@ def probe_schedule(mode: str, stages: int, steps: int, gpu):
                 t = (first + j) % RING_TILES
                 return [Load(Tile("K", 0, 0, t, k), part), Load(Tile("V", 0, 0, t, k), part)]
             # (warpgroup 0 waits; warpgroup 1 meets it at the loop's first barrier)
-            delay = [Alu(int(c * 1235 / ctas * alu_per_ns))] if mode == "staggered" and c and k == 0 else []
+            delay = ([Alu(int(c * STAGGER_NS / ctas * alu_per_ns))] if mode == "staggered" and c and k == 0
+                     else [])
             loop = pipelined_loop("ring", steps, loads_of, lambda j: step, stages, lambda j: 0,
                                   role=k, roles=roles)
             return Role(f"warpgroup{k}", warps, (*delay, *loop, MmaWait(0)))

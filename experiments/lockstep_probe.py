@@ -29,6 +29,7 @@ as one they all read before? (H100's L2 is two partitions.)
     PYTHONPATH=. python experiments/lockstep_probe.py --out $OUT/lockstep_probe_h100.csv
     PYTHONPATH=. python experiments/lockstep_probe.py --where --out $OUT/lockstep_where_h100.csv
     PYTHONPATH=. python experiments/lockstep_probe.py --sizes --out $OUT/lockstep_sizes_h100.csv
+    PYTHONPATH=. python experiments/lockstep_probe.py --rows --out $OUT/lockstep_rows_h100.csv
 
 `--predict` (CPU, no GPU): the engine's full simulation of the same probe,
 its steps as fa2's 128x64 8-warp steps (two warpgroups, the online softmax's
@@ -219,7 +220,14 @@ WHERE = ("flushed", "all", "one")
 SIZES = (32, 64, 128)      # block_n: 8, 16 and 32 KB of K and of V a step
 
 
-def measure_sizes(out: str) -> int:
+def measure_rows(out: str) -> int:
+    """Warm, shared, two stages against three with 64 rows of Q on 4 warps and
+    128 on 8 (block_n 64): the copy is the same 32 KB, the products halve.
+    If the P·V hid part of the copy's wait, halving it would show more."""
+    return measure_sizes(out, variants=[(64, 4), (128, 8)], sizes=(BLOCK_N,), pvs=(True,), label="rows")
+
+
+def measure_sizes(out: str, variants=((BLOCK_M, WARPS),), sizes=None, pvs=(True, False), label="sizes") -> int:
     """Warm, shared, two stages against three, with and without the P·V
     product, at three tile sizes: is the two-stage penalty a latency (the
     same at every size) or bytes, and does the P·V hide any of it?"""
@@ -234,36 +242,35 @@ def measure_sizes(out: str) -> int:
     kernel = _kernel()
     ctas = torch.cuda.get_device_properties(0).multi_processor_count
     ring_bytes = RING_TILES * BLOCK_N * HEAD_DIM * 2       # 4 MB of K, as the other runs
-    q = torch.randn(BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     o = torch.empty(ctas, BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     stamps = torch.zeros(ctas, 3, dtype=torch.int64, device="cuda")
     rows = []
-    for bn in SIZES:
+    for (bm, warps), bn in ((v, bn) for v in variants for bn in (sizes or SIZES)):
+        q = torch.randn(bm, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
         ring = ring_bytes // (bn * HEAD_DIM * 2)
         k = torch.randn(ring * bn, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
         v = torch.randn_like(k)
-        for pv in (True, False):
+        for pv in pvs:
+            name = f"{label}_bm{bm}w{warps}_bn{bn}_{'pv' if pv else 'nopv'}"
             for stages in (2, 3):
                 try:
                     for rep in range(4):    # rep 0 warms L2 and compiles
-                        kernel[(ctas,)](q, k, v, o, stamps, STEPS, ring, 0, MODE=0, STAGES=stages, BM=BLOCK_M,
-                                        BN=bn, D=HEAD_DIM, PV=pv, num_warps=WARPS)
+                        kernel[(ctas,)](q, k, v, o, stamps, STEPS, ring, 0, MODE=0, STAGES=stages, BM=bm,
+                                        BN=bn, D=HEAD_DIM, PV=pv, num_warps=warps)
                         torch.cuda.synchronize()
                         if rep == 0:
                             continue
                         for c, (start, end, sm) in enumerate(stamps.cpu().tolist()):
-                            rows.append({"mode": f"sizes_bn{bn}_{'pv' if pv else 'nopv'}", "stages": stages,
+                            rows.append({"mode": name, "stages": stages,
                                          "rep": rep, "cta": c, "sm": sm, "start_ns": start, "loop_ns": end - start,
                                          "step_ns": round((end - start) / STEPS, 1), "gpu": prov.get("gpu", ""),
                                          "git_commit": prov.get("git_commit", ""), "date": prov.get("date", ""),
                                          "command": prov.get("command", "")})
-                    steps = [r["step_ns"] for r in rows if r["mode"] == f"sizes_bn{bn}_{'pv' if pv else 'nopv'}"
-                             and r["stages"] == stages]
-                    print(f"block_n {bn:3d} {'P·V' if pv else 'no P·V'} stages {stages}: step median "
-                          f"{statistics.median(steps):.0f} ns", flush=True)
+                    steps = [r["step_ns"] for r in rows if r["mode"] == name and r["stages"] == stages]
+                    print(f"{name} stages {stages}: step median {statistics.median(steps):.0f} ns", flush=True)
                 except Exception as e:  # a config that does not fit is a data point too
-                    print(f"block_n {bn} {'P·V' if pv else 'no P·V'} stages {stages}: {type(e).__name__}: "
-                          f"{str(e).splitlines()[0][:100]}", flush=True)
+                    print(f"{name} stages {stages}: {type(e).__name__}: {str(e).splitlines()[0][:100]}",
+                          flush=True)
     write_csv_atomic(out, rows, FIELDS)
     print(f"wrote {out}")
     return 0
@@ -325,6 +332,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="experiments/results/lockstep_probe_h100.csv")
     ap.add_argument("--where", action="store_true", help="the ring flushed, read by all SMs, or by one")
     ap.add_argument("--sizes", action="store_true", help="two stages against three by tile size, with and without P·V")
+    ap.add_argument("--rows", action="store_true", help="two stages against three with 64 rows on 4 warps and 128 on 8")
     ap.add_argument("--predict", action="store_true", help="CPU: the engine's replay of the probe")
     ap.add_argument("--profile", default="h100")
     a = ap.parse_args(argv)
@@ -332,6 +340,8 @@ def main(argv=None) -> int:
         return predict(a.profile)
     if a.sizes:
         return measure_sizes(a.out)
+    if a.rows:
+        return measure_rows(a.out)
     return measure_where(a.out) if a.where else measure(a.out)
 
 

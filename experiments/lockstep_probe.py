@@ -37,7 +37,9 @@ instructions with them), over one pass of the ring (L2 empty at the start:
 the flushed pass) and two (the second pass warm), shared, distinct and
 staggered (a stagger is warpgroup 0's ALU work before the loop):
 
-    PYTHONPATH=. python experiments/lockstep_probe.py --predict [--profile h100]
+    PYTHONPATH=. python experiments/lockstep_probe.py --predict [--profile h100] [--results DIR]
+
+prints the GPU's committed steps (lockstep_probe_h100.csv, lockstep_where_h100.csv) beside.
 """
 from __future__ import annotations
 
@@ -195,23 +197,46 @@ def probe_schedule(mode: str, stages: int, steps: int, gpu):
     return Schedule("lockstep_probe", problem, cfg, (launch,), {})
 
 
-def predict(profile: str) -> int:
+def measured_steps(results_dir: str) -> dict:
+    """The GPU's median step (ns) by (mode, stages, pass) from the committed
+    runs (lockstep_probe_h100.csv: warm, repetitions after the first;
+    lockstep_where_h100.csv: the flushed pass), where they are present."""
+    import csv
+
+    got: dict = {}
+    for name, warm in (("lockstep_probe_h100.csv", True), ("lockstep_where_h100.csv", False)):
+        try:
+            with open(os.path.join(results_dir, name)) as f:
+                rows = [r for r in csv.DictReader(f) if (warm and r["rep"] != "0") or r["mode"] == "where_flushed"]
+        except (OSError, KeyError):
+            continue
+        for r in rows:
+            mode = "shared" if r["mode"] == "where_flushed" else r["mode"]
+            got.setdefault((mode, int(r["stages"]), "warm" if warm else "flushed"), []).append(float(r["step_ns"]))
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
+def predict(profile: str, results_dir: str) -> int:
     from gpusim.engine import simulate
     from gpusim.profile import load_profile
 
     gpu = load_profile(profile)
     ctas = gpu.gpu.sm_count
+    gpu_ns = measured_steps(results_dir)
+    fmt = lambda x: f"{x:.0f}" if x is not None else "–"
+    print(f"ns a step, flushed pass / warm pass, engine ({profile}) against the GPU ({results_dir}):")
     for stages in (2, 3):
         for mode in ("shared", "distinct", "staggered"):
             ns = {}
+            t0 = time.time()
             for steps in (RING_TILES, 2 * RING_TILES):
-                t0 = time.time()
                 result = simulate(probe_schedule(mode, stages, steps, gpu), gpu, fast=False)
                 ns[steps] = result.runtime_s * 1e9
             flushed = ns[RING_TILES] / RING_TILES
             warm = (ns[2 * RING_TILES] - ns[RING_TILES]) / RING_TILES
-            print(f"{mode:9s} stages {stages}: flushed pass {flushed:.0f} ns a step, warm pass {warm:.0f} "
-                  f"({ctas} CTAs, {time.time() - t0:.0f} s a simulation)", flush=True)
+            print(f"{mode:9s} stages {stages}: engine {flushed:.0f} / {warm:.0f}, GPU "
+                  f"{fmt(gpu_ns.get((mode, stages, 'flushed')))} / {fmt(gpu_ns.get((mode, stages, 'warm')))} "
+                  f"({ctas} CTAs, {time.time() - t0:.0f} s)", flush=True)
     return 0
 
 
@@ -335,9 +360,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", action="store_true", help="two stages against three with 64 rows on 4 warps and 128 on 8")
     ap.add_argument("--predict", action="store_true", help="CPU: the engine's replay of the probe")
     ap.add_argument("--profile", default="h100")
+    ap.add_argument("--results", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                     "experiments", "results"),
+                    help="where --predict finds the GPU's runs to print beside the engine's")
     a = ap.parse_args(argv)
     if a.predict:
-        return predict(a.profile)
+        return predict(a.profile, a.results)
     if a.sizes:
         return measure_sizes(a.out)
     if a.rows:

@@ -51,3 +51,15 @@ def test_staggered_ctas_wait_in_proportion_and_one_pass_reads_the_ring_once_from
 def test_the_probe_runs_on_the_gpu(tmp_path):
     assert lockstep_probe.main(["--where", "--out", str(tmp_path / "where.csv")]) == 0
     assert (tmp_path / "where.csv").read_text().count("\n") > 3 * 132
+
+
+def test_the_gpu_steps_come_from_the_runs_after_the_first_and_the_flushed_pass(tmp_path):
+    head = "mode,stages,rep,cta,sm,start_ns,loop_ns,step_ns\n"
+    (tmp_path / "lockstep_probe_h100.csv").write_text(
+        head + "shared,2,0,0,0,0,0,9999\nshared,2,1,0,0,0,0,1200\nshared,2,2,1,1,0,0,1300\n"
+        "staggered,3,1,0,0,0,0,1000\n")
+    (tmp_path / "lockstep_where_h100.csv").write_text(
+        head + "where_flushed,2,0,0,0,0,0,1600\nwhere_all,2,0,0,0,0,0,1234\n")
+    got = lockstep_probe.measured_steps(str(tmp_path))
+    assert got == {("shared", 2, "warm"): 1250, ("staggered", 3, "warm"): 1000, ("shared", 2, "flushed"): 1600}
+    assert lockstep_probe.measured_steps(str(tmp_path / "none")) == {}

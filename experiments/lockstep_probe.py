@@ -64,15 +64,7 @@ def _kernel():
     import triton
     import triton.language as tl
 
-    @triton.jit
-    def _timer(after):
-        return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [after], dtype=tl.int64,
-                                         is_pure=False, pack=1)
-
-    @triton.jit
-    def _smid(after):
-        return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [after], dtype=tl.int32,
-                                         is_pure=False, pack=1)
+    from kernels.clocks import global_timer, sm_id
 
     @triton.jit
     def _stream(Q, K, V, OUT, STAMPS, steps, ring, wait_ns, MODE: tl.constexpr, STAGES: tl.constexpr,
@@ -81,16 +73,16 @@ def _kernel():
         offs_m, offs_n, offs_d = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, D)
         q = tl.load(Q + offs_m[:, None] * D + offs_d[None, :])
         if MODE == 2:   # staggered: spin until this CTA's offset has passed
-            t0 = _timer(cta)
+            t0 = global_timer(cta)
             now = t0
             while now - t0 < cta * wait_ns:
-                now = _timer(cta)
+                now = global_timer(cta)
         if MODE == 1:
             first = cta
         else:
             first = cta * 0
         acc = tl.zeros([BM, D], dtype=tl.float32)
-        started = _timer(tl.sum(q.to(tl.float32), axis=1).to(tl.int32, bitcast=True))
+        started = global_timer(tl.sum(q.to(tl.float32), axis=1).to(tl.int32, bitcast=True))
         for j in tl.range(0, steps, num_stages=STAGES):
             t = (first + j) % ring
             k = tl.load(K + t * BN * D + offs_n[:, None] * D + offs_d[None, :])
@@ -101,30 +93,69 @@ def _kernel():
                 acc += tl.dot(p, v)
             else:   # V read, no product: what is exposed with nothing to overlap the copies
                 acc += tl.sum(v.to(tl.float32), axis=0)[None, :] + tl.sum(p.to(tl.float32), axis=1)[:, None]
-        ended = _timer(tl.sum(acc, axis=1).to(tl.int32, bitcast=True))
+        ended = global_timer(tl.sum(acc, axis=1).to(tl.int32, bitcast=True))
         tl.store(OUT + cta * BM * D + offs_m[:, None] * D + offs_d[None, :], acc.to(tl.bfloat16))
         rows = tl.arange(0, BM)
         tl.store(STAMPS + cta * 3 + 0 + rows * 0, started, mask=rows == 0)
         tl.store(STAMPS + cta * 3 + 1 + rows * 0, ended, mask=rows == 0)
-        tl.store(STAMPS + cta * 3 + 2 + rows * 0, _smid(offs_m).to(tl.int64), mask=rows == 0)
+        tl.store(STAMPS + cta * 3 + 2 + rows * 0, sm_id(offs_m).to(tl.int64), mask=rows == 0)
 
     return _stream
+
+
+def _on_gpu():
+    """(provenance, the probe's kernel, the GPU's SM count), or None, said in
+    one line, without a CUDA GPU."""
+    import torch
+
+    from kernels.provenance import provenance
+
+    if not torch.cuda.is_available():
+        print("lockstep_probe: needs a CUDA GPU", file=sys.stderr)
+        return None
+    return (provenance(" ".join(["python experiments/lockstep_probe.py"] + sys.argv[1:])), _kernel(),
+            torch.cuda.get_device_properties(0).multi_processor_count)
+
+
+def _ring(rows_q: int, block_n: int, tiles: int):
+    """Q (rows_q x HEAD_DIM) and a ring of `tiles` K and V tiles of block_n rows, bf16 on the GPU."""
+    import torch
+
+    q = torch.randn(rows_q, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(tiles * block_n, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    return q, k, torch.randn_like(k)
+
+
+def _stamped_rows(stamps, prov: dict, steps: int, **fields) -> list[dict]:
+    """A CSV row per CTA of the last launch, from its stamps (start, end, SM):
+    `fields` (mode, stages, rep), its loop's time and time a step, and the provenance."""
+    made = {key: prov.get(key, "") for key in ("gpu", "git_commit", "date", "command")}
+    return [{**fields, "cta": c, "sm": sm, "start_ns": start, "loop_ns": end - start,
+             "step_ns": round((end - start) / steps, 1), **made}
+            for c, (start, end, sm) in enumerate(stamps.cpu().tolist())]
+
+
+def _spread(steps: list) -> str:
+    return (f"step median {statistics.median(steps):.0f} ns (p10 {sorted(steps)[len(steps) // 10]:.0f}, "
+            f"p90 {sorted(steps)[9 * len(steps) // 10]:.0f})")
+
+
+def _write(out: str, rows: list) -> int:
+    from kernels.provenance import write_csv_atomic
+
+    write_csv_atomic(out, rows, FIELDS)
+    print(f"wrote {out}")
+    return 0
 
 
 def measure(out: str) -> int:
     import torch
 
-    from kernels.provenance import provenance, write_csv_atomic
-
-    if not torch.cuda.is_available():
-        print("lockstep_probe: needs a CUDA GPU", file=sys.stderr)
+    gpu = _on_gpu()
+    if gpu is None:
         return 2
-    prov = provenance(" ".join(["python experiments/lockstep_probe.py"] + sys.argv[1:]))
-    kernel = _kernel()
-    ctas = torch.cuda.get_device_properties(0).multi_processor_count
-    q = torch.randn(BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(RING_TILES * BLOCK_N, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn_like(k)
+    prov, kernel, ctas = gpu
+    q, k, v = _ring(BLOCK_M, BLOCK_N, RING_TILES)
     o = torch.empty(WAVES * ctas, BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     stamps = torch.zeros(WAVES * ctas, 3, dtype=torch.int64, device="cuda")
     rows = []
@@ -140,24 +171,15 @@ def measure(out: str) -> int:
                 kernel[(grid,)](q, k, v, o, stamps, STEPS, RING_TILES, wait, MODE=code, STAGES=stages,
                                 BM=BLOCK_M, BN=BLOCK_N, D=HEAD_DIM, num_warps=WARPS)
                 torch.cuda.synchronize()
-                for c, (start, end, sm) in enumerate(stamps[:grid].cpu().tolist()):
-                    rows.append({"mode": mode, "stages": stages, "rep": rep, "cta": c, "sm": sm,
-                                 "start_ns": start,
-                                 "loop_ns": end - start, "step_ns": round((end - start) / STEPS, 1),
-                                 "gpu": prov.get("gpu", ""), "git_commit": prov.get("git_commit", ""),
-                                 "date": prov.get("date", ""), "command": prov.get("command", "")})
+                rows += _stamped_rows(stamps[:grid], prov, STEPS, mode=mode, stages=stages, rep=rep)
             last = [r["step_ns"] for r in rows if r["mode"] == mode and r["stages"] == stages and r["rep"] > 0]
-            print(f"{mode:9s} stages {stages}: step median {statistics.median(last):.0f} ns "
-                  f"(p10 {sorted(last)[len(last) // 10]:.0f}, p90 {sorted(last)[9 * len(last) // 10]:.0f})",
-                  flush=True)
+            print(f"{mode:9s} stages {stages}: {_spread(last)}", flush=True)
             if mode == "waves":
                 for w in range(WAVES):
                     part = [r["step_ns"] for r in rows if r["mode"] == mode and r["stages"] == stages
                             and r["rep"] > 0 and w * ctas <= r["cta"] < (w + 1) * ctas]
                     print(f"  wave {w}: step median {statistics.median(part):.0f} ns", flush=True)
-    write_csv_atomic(out, rows, FIELDS)
-    print(f"wrote {out}")
-    return 0
+    return _write(out, rows)
 
 
 def probe_schedule(mode: str, stages: int, steps: int, gpu):
@@ -258,23 +280,17 @@ def measure_sizes(out: str, variants=((BLOCK_M, WARPS),), sizes=None, pvs=(True,
     same at every size) or bytes, and does the P·V hide any of it?"""
     import torch
 
-    from kernels.provenance import provenance, write_csv_atomic
-
-    if not torch.cuda.is_available():
-        print("lockstep_probe: needs a CUDA GPU", file=sys.stderr)
+    gpu = _on_gpu()
+    if gpu is None:
         return 2
-    prov = provenance(" ".join(["python experiments/lockstep_probe.py"] + sys.argv[1:]))
-    kernel = _kernel()
-    ctas = torch.cuda.get_device_properties(0).multi_processor_count
+    prov, kernel, ctas = gpu
     ring_bytes = RING_TILES * BLOCK_N * HEAD_DIM * 2       # 4 MB of K, as the other runs
     o = torch.empty(ctas, BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     stamps = torch.zeros(ctas, 3, dtype=torch.int64, device="cuda")
     rows = []
     for (bm, warps), bn in ((v, bn) for v in variants for bn in (sizes or SIZES)):
-        q = torch.randn(bm, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
         ring = ring_bytes // (bn * HEAD_DIM * 2)
-        k = torch.randn(ring * bn, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn_like(k)
+        q, k, v = _ring(bm, bn, ring)
         for pv in pvs:
             name = f"{label}_bm{bm}w{warps}_bn{bn}_{'pv' if pv else 'nopv'}"
             for stages in (2, 3):
@@ -285,36 +301,23 @@ def measure_sizes(out: str, variants=((BLOCK_M, WARPS),), sizes=None, pvs=(True,
                         torch.cuda.synchronize()
                         if rep == 0:
                             continue
-                        for c, (start, end, sm) in enumerate(stamps.cpu().tolist()):
-                            rows.append({"mode": name, "stages": stages,
-                                         "rep": rep, "cta": c, "sm": sm, "start_ns": start, "loop_ns": end - start,
-                                         "step_ns": round((end - start) / STEPS, 1), "gpu": prov.get("gpu", ""),
-                                         "git_commit": prov.get("git_commit", ""), "date": prov.get("date", ""),
-                                         "command": prov.get("command", "")})
+                        rows += _stamped_rows(stamps, prov, STEPS, mode=name, stages=stages, rep=rep)
                     steps = [r["step_ns"] for r in rows if r["mode"] == name and r["stages"] == stages]
                     print(f"{name} stages {stages}: step median {statistics.median(steps):.0f} ns", flush=True)
                 except Exception as e:  # a config that does not fit is a data point too
                     print(f"{name} stages {stages}: {type(e).__name__}: {str(e).splitlines()[0][:100]}",
                           flush=True)
-    write_csv_atomic(out, rows, FIELDS)
-    print(f"wrote {out}")
-    return 0
+    return _write(out, rows)
 
 
 def measure_where(out: str) -> int:
     import torch
 
-    from kernels.provenance import provenance, write_csv_atomic
-
-    if not torch.cuda.is_available():
-        print("lockstep_probe: needs a CUDA GPU", file=sys.stderr)
+    gpu = _on_gpu()
+    if gpu is None:
         return 2
-    prov = provenance(" ".join(["python experiments/lockstep_probe.py"] + sys.argv[1:]))
-    kernel = _kernel()
-    ctas = torch.cuda.get_device_properties(0).multi_processor_count
-    q = torch.randn(BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(RING_TILES * BLOCK_N, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn_like(k)
+    prov, kernel, ctas = gpu
+    q, k, v = _ring(BLOCK_M, BLOCK_N, RING_TILES)
     o = torch.empty(ctas, BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     stamps = torch.zeros(ctas, 3, dtype=torch.int64, device="cuda")
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
@@ -336,20 +339,11 @@ def measure_where(out: str) -> int:
             elif where == "all":
                 run(ctas)
             run(ctas)
-            for c, (start, end, sm) in enumerate(stamps.cpu().tolist()):
-                rows.append({"mode": f"where_{where}", "stages": 2, "rep": rep, "cta": c, "sm": sm,
-                             "start_ns": start, "loop_ns": end - start,
-                             "step_ns": round((end - start) / RING_TILES, 1),
-                             "gpu": prov.get("gpu", ""), "git_commit": prov.get("git_commit", ""),
-                             "date": prov.get("date", ""), "command": prov.get("command", "")})
+            rows += _stamped_rows(stamps, prov, RING_TILES, mode=f"where_{where}", stages=2, rep=rep)
     for where in WHERE:
         steps = [r["step_ns"] for r in rows if r["mode"] == f"where_{where}"]
-        print(f"ring {where:8s}: step median {statistics.median(steps):.0f} ns "
-              f"(p10 {sorted(steps)[len(steps) // 10]:.0f}, p90 {sorted(steps)[9 * len(steps) // 10]:.0f})",
-              flush=True)
-    write_csv_atomic(out, rows, FIELDS)
-    print(f"wrote {out}")
-    return 0
+        print(f"ring {where:8s}: {_spread(steps)}", flush=True)
+    return _write(out, rows)
 
 
 def main(argv=None) -> int:

@@ -28,6 +28,7 @@ import triton.language as tl
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
 from . import sass
+from .clocks import global_timer, sm_clock, sm_id
 from .common import LOG2E, launch, problem_of, resolve_config, resolve_scale
 from .online_softmax import kv_block_range, mask_scores, softmax_update, store_output
 
@@ -61,26 +62,6 @@ _STAMP_SLOTS = tl.constexpr(STAMP_SLOTS)
 
 
 @triton.jit
-def _timer(after):
-    """The global timer (ns), read once `after` (int32, scalar or tensor) is computed."""
-    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [after], dtype=tl.int64,
-                                     is_pure=False, pack=1)
-
-
-@triton.jit
-def _cycles(after):
-    """The SM's clock64, read once `after` (int32, scalar or tensor) is computed."""
-    return tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [after], dtype=tl.int64,
-                                     is_pure=False, pack=1)
-
-
-@triton.jit
-def _smid(after):
-    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [after], dtype=tl.int32,
-                                     is_pure=False, pack=1)
-
-
-@triton.jit
 def _stamp(STAMPS, slot: tl.constexpr, value, BLOCK_M: tl.constexpr):
     """Diagnostics (experiments/fa2_stamps.py): STAMPS[cta, slot] = value (of row 0)."""
     cta = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
@@ -97,8 +78,8 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
     # the CTA's start, after its K/V loop and at its end, its SM, and the
     # SM's cycle counter at its start and end (its clock: cycles over ns)
     if STAMPED:
-        started = _timer(tl.zeros([BLOCK_M], dtype=tl.int32) + tl.program_id(0))
-        started_clk = _cycles(tl.zeros([BLOCK_M], dtype=tl.int32) + tl.program_id(0))
+        started = global_timer(tl.zeros([BLOCK_M], dtype=tl.int32) + tl.program_id(0))
+        started_clk = sm_clock(tl.zeros([BLOCK_M], dtype=tl.int32) + tl.program_id(0))
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -132,15 +113,15 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
 
     if STAMPED:
         # read once the last block's row sums exist (its P·V product may still run)
-        looped = _timer(l_i.to(tl.int32, bitcast=True))
+        looped = global_timer(l_i.to(tl.int32, bitcast=True))
     store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
     if STAMPED:
-        ended = _timer(l_i.to(tl.int32, bitcast=True))
-        ended_clk = _cycles(l_i.to(tl.int32, bitcast=True))
+        ended = global_timer(l_i.to(tl.int32, bitcast=True))
+        ended_clk = sm_clock(l_i.to(tl.int32, bitcast=True))
         _stamp(STAMPS, 0, started, BLOCK_M)
         _stamp(STAMPS, 1, looped, BLOCK_M)
         _stamp(STAMPS, 2, ended, BLOCK_M)
-        _stamp(STAMPS, 3, _smid(offs_m), BLOCK_M)
+        _stamp(STAMPS, 3, sm_id(offs_m), BLOCK_M)
         _stamp(STAMPS, 4, started_clk, BLOCK_M)
         _stamp(STAMPS, 5, ended_clk, BLOCK_M)
 

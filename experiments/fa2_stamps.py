@@ -67,6 +67,22 @@ def problem_config(case):
     return problem, TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s)
 
 
+def stamp_rows(stamps, prov: dict, **fields) -> list[dict]:
+    """A CSV row per CTA of the last stamped launch (kernels/fa2.py's STAMP_SLOTS):
+    `fields`, its times from the launch's first start, the SM's clock over the
+    CTA (clock64 over the global timer: the clock the kernel ran at) and the
+    provenance."""
+    s = stamps.cpu().tolist()
+    t0 = min(r[0] for r in s)
+    made = {key: prov.get(key, "") for key in ("gpu", "git_commit", "date", "command")}
+    rows = []
+    for i, (start, looped, end, sm, start_clk, end_clk) in enumerate(s):
+        mhz = (end_clk - start_clk) / (end - start) * 1e3 if end > start else float("nan")
+        rows.append({**fields, "cta": i, "sm": sm, "start_ns": start - t0, "looped_ns": looped - t0,
+                     "end_ns": end - t0, "clock_mhz": round(mhz, 1), **made})
+    return rows
+
+
 def cmd_measure(args) -> int:
     import torch
     import triton
@@ -91,17 +107,8 @@ def cmd_measure(args) -> int:
         for _ in range(3):
             fa2.forward(q, k, v, causal=problem.causal, config=cfg, stamps=stamps)
         torch.cuda.synchronize()
-        s = stamps.cpu().tolist()
-        t0 = min(r[0] for r in s)
-        for i, (start, looped, end, sm, start_clk, end_clk) in enumerate(s):
-            # the SM's clock over the CTA (clock64 over the global timer): the
-            # clock the kernel ran at, launched back to back after do_bench
-            mhz = (end_clk - start_clk) / (end - start) * 1e3 if end > start else float("nan")
-            rows.append({"case": case_name(case), "cta": i, "sm": sm, "start_ns": start - t0,
-                         "looped_ns": looped - t0, "end_ns": end - t0, "clock_mhz": round(mhz, 1),
-                         "kernel_us": round(plain * 1e3, 2), "kernel_stamped_us": round(stamped * 1e3, 2),
-                         "gpu": prov.get("gpu", ""), "git_commit": prov.get("git_commit", ""),
-                         "date": prov.get("date", ""), "command": prov.get("command", "")})
+        rows += stamp_rows(stamps, prov, case=case_name(case), kernel_us=round(plain * 1e3, 2),
+                           kernel_stamped_us=round(stamped * 1e3, 2))
         print(f"{case_name(case)}: {plain * 1e3:.1f} us ({stamped * 1e3:.1f} us stamped), {ctas} CTAs",
               flush=True)
     write_csv_atomic(args.out, rows, FIELDS)
@@ -148,16 +155,10 @@ def cmd_warmth(args) -> int:
                     torch.cuda.synchronize()
                 fa2.forward(q, k, v, causal=True, config=cfg, stamps=stamps)
                 torch.cuda.synchronize()
-                s = stamps.cpu().tolist()
-                t0 = min(r[0] for r in s)
                 variant = f"{case_name(case)}_H{WARMTH_HEADS}_{'warm' if warm else 'cold'}"
-                for i, (start, looped, end, sm, start_clk, end_clk) in enumerate(s):
-                    mhz = (end_clk - start_clk) / (end - start) * 1e3 if end > start else float("nan")
-                    rows.append({"case": variant, "rep": rep, "cta": i, "sm": sm, "start_ns": start - t0,
-                                 "looped_ns": looped - t0, "end_ns": end - t0, "clock_mhz": round(mhz, 1),
-                                 "gpu": prov.get("gpu", ""), "git_commit": prov.get("git_commit", ""),
-                                 "date": prov.get("date", ""), "command": prov.get("command", "")})
-                print(f"{variant} rep {rep}: span {(max(r[2] for r in s) - t0) / 1e3:.1f} us", flush=True)
+                made = stamp_rows(stamps, prov, case=variant, rep=rep)
+                rows += made
+                print(f"{variant} rep {rep}: span {max(r['end_ns'] for r in made) / 1e3:.1f} us", flush=True)
     write_csv_atomic(args.out, rows, ("case", "rep", "cta", "sm", "start_ns", "looped_ns", "end_ns",
                                       "clock_mhz", "gpu", "git_commit", "date", "command"))
     print(f"wrote {args.out}")

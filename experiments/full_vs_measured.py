@@ -22,6 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from kernels.provenance import write_csv_atomic  # noqa: E402
 from experiments.validate import (_row_key, load_measurements, mape, predictions_path,  # noqa: E402
                                   spearman, top1_loss)
 
@@ -39,7 +40,7 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
         try:
             d, c, n = (int(x) for x in part.split(":"))
         except ValueError:
-            raise SystemExit(f"full_vs_measured: shape {part!r} is not D:causal:N (e.g. 64:0:2048)")
+            raise ValueError(f"full_vs_measured: shape {part!r} is not D:causal:N (e.g. 64:0:2048)") from None
         out.append((d, c, n))
     return out
 
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     try:
         shapes = set(parse_shapes(a.shapes))
-    except SystemExit as e:
+    except ValueError as e:
         print(e, file=sys.stderr)
         return 2
     rows = [r for r in load_measurements()
@@ -85,13 +86,7 @@ def main(argv=None) -> int:
                     "seqlen": p.seqlen_q, "config": f"{c.block_m}x{c.block_n}x{c.num_warps}x{c.num_stages}",
                     "measured_us": r["ms"] * 1e3, "full_us": us, "label": a.label, "profile": a.profile,
                     "seconds": round(secs, 1)})
-    tmp = f"{a.out}.tmp{os.getpid()}"
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(out)
-    os.replace(tmp, a.out)
+    write_csv_atomic(a.out, out, FIELDS)
     # the fast path's saved predictions of the same rows (validate.py report), beside
     fast = {}
     try:

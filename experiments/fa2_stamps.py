@@ -14,6 +14,13 @@ CTA slices give the same three phases.
 `measure` writes one row per (case, CTA) of the last of 3 stamped runs, plus
 the kernel's do_bench time with and without stamps; `compare` prints, per
 case, the median CTA phases measured and predicted.
+
+  GPU:  PYTHONPATH=. python experiments/fa2_stamps.py lone --out $OUT/fa2_stamps_lone_h100.csv
+  CPU:  PYTHONPATH=. python experiments/fa2_stamps.py lone-compare
+
+`lone` runs the D = 64 cases one CTA an SM (a step's chain with nothing to
+fill it); `lone-compare` sets those CTAs beside the engine's full simulation
+and beside products + the loop's SASS stall clocks.
 """
 from __future__ import annotations
 
@@ -50,6 +57,16 @@ CASES = [
     (16384, 128, False, 128, 64, 4, 2),
     (16384, 128, False, 64, 64, 4, 2),
     (16384, 128, True, 128, 64, 4, 2),
+    # D = 64, the shapes whose explorer picks lose most (session 27): the
+    # measured best (128x64) predicted 7-9% slow, 128x128 with 8 warps and
+    # 64x128 predicted 10-16% fast. Does the SM run these configs at one clock?
+    (16384, 64, False, 128, 64, 4, 3),
+    (16384, 64, False, 128, 64, 8, 3),
+    (16384, 64, False, 128, 128, 4, 3),
+    (16384, 64, False, 128, 128, 8, 3),
+    (16384, 64, False, 64, 128, 4, 3),
+    (16384, 64, False, 64, 128, 8, 3),
+    (16384, 64, False, 64, 64, 4, 3),
 ]
 FIELDS = ("case", "cta", "sm", "start_ns", "looped_ns", "end_ns", "clock_mhz", "kernel_us",
           "kernel_stamped_us", "gpu", "git_commit", "date", "command")
@@ -242,6 +259,121 @@ def predicted_phases(case, profile: str):
     return result.runtime_s * 1e6, phases(ctas), fit
 
 
+# One CTA an SM (session 27): each config of the D = 64 cases alone on its SM,
+# one head of 128 CTAs (N = 16384 at block_m 128, 8192 at 64), so a step's
+# time is the chain of one CTA's warps with no other CTA to fill the SM.
+# Set beside the SASS (the loop's stall clocks) and the products, on the CPU.
+LONE_CASES = [c for c in CASES if c[1] == 64 and not c[2] and c[0] == 16384]
+LONE_CTAS = 128
+
+
+def lone_problem(case) -> tuple[AttentionProblem, TileConfig]:
+    _, d, causal, bm, bn, w, s = case
+    return (AttentionProblem(batch=1, heads=1, seqlen_q=LONE_CTAS * bm, head_dim=d, causal=causal),
+            TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s))
+
+
+def cmd_lone(args) -> int:
+    import torch
+
+    from kernels import fa2
+    from kernels.common import make_inputs
+    from kernels.provenance import provenance, write_csv_atomic
+
+    if not torch.cuda.is_available():
+        print("fa2_stamps lone: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    prov = provenance(" ".join(["python experiments/fa2_stamps.py"] + sys.argv[1:]))
+    rows = []
+    for case in LONE_CASES:
+        problem, cfg = lone_problem(case)
+        q, k, v = make_inputs(1, 1, problem.seqlen_q, problem.head_dim)
+        stamps = torch.zeros(LONE_CTAS, fa2.STAMP_SLOTS, dtype=torch.int64, device="cuda")
+        steps = problem.seqlen_kv // cfg.block_n
+        for rep in range(3):
+            fa2.forward(q, k, v, causal=False, config=cfg, stamps=stamps)
+            torch.cuda.synchronize()
+            made = stamp_rows(stamps, prov, case=f"lone_{case_name(case)}", rep=rep, steps=steps)
+            rows += made
+        last = rows[-LONE_CTAS:]
+        loop_ns = statistics.median(r["looped_ns"] - r["start_ns"] for r in last)
+        mhz = statistics.median(r["clock_mhz"] for r in last)
+        print(f"lone {case_name(case)}: {len({r['sm'] for r in last})} SMs, loop {loop_ns / 1e3:.1f} us, "
+              f"{loop_ns / steps:.0f} ns = {loop_ns / steps * mhz / 1e3:.0f} cycles a step at {mhz:.0f} MHz",
+              flush=True)
+    write_csv_atomic(args.out, rows, ("case", "rep", "steps", "cta", "sm", "start_ns", "looped_ns", "end_ns",
+                                      "clock_mhz", "gpu", "git_commit", "date", "command"))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def lone_measured(path: str) -> dict:
+    """{case name: (median CTA µs, K/V steps, median SM clock MHz)} of the
+    last rep of each case in a `lone` CSV."""
+    by_case: dict = {}
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            by_case.setdefault(r["case"], {}).setdefault(int(r["rep"]), []).append(
+                (int(r["end_ns"]) - int(r["start_ns"]), int(r["steps"]), float(r["clock_mhz"])))
+    out = {}
+    for name, reps in by_case.items():
+        last = reps[max(reps)]
+        out[name] = (statistics.median(d for d, _, _ in last) / 1e3, last[0][1],
+                     statistics.median(c for _, _, c in last))
+    return out
+
+
+def sass_chain_cycles(case) -> float | None:
+    """A step of one CTA alone as its SASS and the tensor pipe would have it:
+    its products at the tl.dot loop's rate (calibrate.py wgmma, 4074 flop a
+    clock an SM) plus the stall clocks ptxas scheduled into a trip of the loop
+    (kernels/sass.py tensor_loop_parts: the least time one warp takes, its
+    variable-latency waits aside). None without the SASS."""
+    from kernels.fa2 import compiled_resources
+
+    problem, cfg = lone_problem(case)
+    parts = compiled_resources(problem, cfg).get("loop_parts") or []
+    if not parts:
+        return None
+    # Q Kᵀ and P V of the CTA's rows; 64-row CTAs with two warpgroups compute S twice
+    replicas = 2 if cfg.block_m == 64 and cfg.num_warps == 8 else 1
+    flops = 2 * cfg.block_m * cfg.block_n * problem.head_dim * (1 + replicas)
+    return flops / LONE_TENSOR_FLOP_PER_CLK + parts[0]["stall_clocks"]
+
+
+# calibrate.py's tl.dot loop on the H100 (calibration_h100.csv tensor_wgmma_triton
+# bf16: 885.8 TFLOP/s at the 1647 MHz read in the kernel, 132 SMs)
+LONE_TENSOR_FLOP_PER_CLK = 4074
+
+
+def cmd_lone_compare(args) -> int:
+    try:
+        measured = lone_measured(args.measured)
+    except (OSError, KeyError, ValueError) as e:
+        print(f"fa2_stamps lone-compare: cannot read {args.measured}: {e}", file=sys.stderr)
+        return 2
+    from gpusim import predict
+
+    profiles = args.profiles.split(",")
+    print("| config (one CTA an SM, D = 64) | CTA µs meas | " + " | ".join(f"engine `{p}`" for p in profiles)
+          + " | step cycles meas | products + SASS stall clocks |")
+    print("|---|---|" + "---|" * len(profiles) + "---|---|")
+    for case in LONE_CASES:
+        name = f"lone_{case_name(case)}"
+        if name not in measured:
+            continue
+        cta_us, steps, mhz = measured[name]
+        problem, cfg = lone_problem(case)
+        cells = []
+        for profile in profiles:
+            us = predict(problem, cfg, profile, fast=False).runtime_us
+            cells.append(f"{us:.1f} ({us / cta_us - 1:+.1%})")
+        chain = sass_chain_cycles(case)
+        print(f"| {case_name(case)} | {cta_us:.1f} | " + " | ".join(cells)
+              + f" | {cta_us * 1e3 / steps * mhz / 1e3:.0f} | " + (f"{chain:.0f} |" if chain else "– |"), flush=True)
+    return 0
+
+
 def cmd_compare(args) -> int:
     by_case: dict = {}
     durations: dict = {}    # case -> [(CTA index, µs)]
@@ -296,6 +428,13 @@ def main(argv=None) -> int:
     p = sub.add_parser("warmth", help="GPU: the first wave's steps with the K/V in L2 or not")
     p.add_argument("--out", default="experiments/results/fa2_stamps_warmth_h100.csv")
     p.set_defaults(func=cmd_warmth, cases=None)
+    p = sub.add_parser("lone", help="GPU: the D = 64 cases one CTA an SM (a step's chain alone)")
+    p.add_argument("--out", default="experiments/results/fa2_stamps_lone_h100.csv")
+    p.set_defaults(func=cmd_lone, cases=None)
+    p = sub.add_parser("lone-compare", help="CPU: the lone CTAs beside the engine's full simulation")
+    p.add_argument("--measured", default="experiments/results/fa2_stamps_lone_h100.csv")
+    p.add_argument("--profiles", default="h100,h100.measured")
+    p.set_defaults(func=cmd_lone_compare, cases=None)
     p = sub.add_parser("compare", help="CPU: measured CTA phases beside the engine's")
     p.add_argument("--measured", default="experiments/results/fa2_stamps_h100.csv")
     p.add_argument("--profile", default="h100")

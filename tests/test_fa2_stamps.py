@@ -72,3 +72,41 @@ def test_named_cases_are_taken_in_the_order_given():
     names = "N16384_D128_c1_128x64w8s3,N512_D128_c0_128x64w8s3"
     assert [fa2_stamps.case_name(c) for c in fa2_stamps.selected(names)] == names.split(",")
     assert fa2_stamps.selected(None) == fa2_stamps.CASES
+
+
+def test_lone_cases_are_one_head_of_128_ctas_one_an_sm():
+    """Each D = 64 case alone on its SMs: one head, 128 CTAs (fewer than the
+    H100's 132 SMs), whatever its block_m."""
+    assert len(fa2_stamps.LONE_CASES) == 7
+    for case in fa2_stamps.LONE_CASES:
+        problem, cfg = fa2_stamps.lone_problem(case)
+        assert problem.batch * problem.heads == 1 and problem.head_dim == 64 and not problem.causal
+        assert problem.seqlen_q // cfg.block_m == fa2_stamps.LONE_CTAS
+
+
+def test_lone_measured_takes_the_last_rep(tmp_path):
+    f = tmp_path / "lone.csv"
+    f.write_text("case,rep,steps,cta,sm,start_ns,looped_ns,end_ns,clock_mhz\n"
+                 "a,0,10,0,0,0,900,1000,1800\n"
+                 "a,1,10,0,0,0,1900,2000,1700\n"
+                 "a,1,10,1,1,0,3900,4000,1900\n")
+    assert fa2_stamps.lone_measured(str(f)) == {"a": (3.0, 10, 1800.0)}
+
+
+def test_lone_compare_rejects_a_file_without_the_columns(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("case,cta\nx,1\n")
+    assert fa2_stamps.main(["lone-compare", "--measured", str(bad)]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_committed_lone_run_had_one_cta_on_each_sm():
+    """The premise of the lone rows: in every rep, 128 CTAs on 128 distinct SMs."""
+    import csv
+    path = os.path.join(os.path.dirname(__file__), "..", "experiments", "results", "fa2_stamps_lone_h100.csv")
+    sms: dict = {}
+    for r in csv.DictReader(open(path)):
+        sms.setdefault((r["case"], r["rep"]), []).append(int(r["sm"]))
+    assert len(sms) == 3 * len(fa2_stamps.LONE_CASES)
+    for key, got in sms.items():
+        assert len(got) == len(set(got)) == fa2_stamps.LONE_CTAS, key

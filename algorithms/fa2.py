@@ -121,7 +121,7 @@ def softmax_other_instructions(rows: int, block_n: int, cols: int, masked: bool,
 
 @lru_cache(maxsize=256)   # ops are immutable: one tuple serves every step alike
 def step_ops(dtype: str, mma: str, rows: int, block_n: int, head_dim: int, replicas: int = 1,
-             masked: bool = False, issued: int | None = None) -> tuple:
+             masked: bool = False, issued: int | None = None, warpgroups: int = 1) -> tuple:
     """One warpgroup's share of a K/V step: its `rows` of S = Q Kᵀ (Q from
     SMEM), the online softmax on them, the chain's latency, and O += P V (P
     in registers) over its share of the head dim (all of it unless
@@ -145,6 +145,10 @@ def step_ops(dtype: str, mma: str, rows: int, block_n: int, head_dim: int, repli
     latency of the profile are reduced from calibrate.py's dot_chain rows
     with the same composition (calibrate._dot_chain_steps).
 
+    warpgroups: the CTA's warpgroups, which issue their Q Kᵀ together after
+    the trip's barrier (Mma.issued_with); their P V each issues after its own
+    softmax.
+
     issued: the thread-instructions the warpgroup issues per step besides
     its wgmma, from the compiled loop (algorithms/compiled.py), of which all
     but the exp2s (one a score and one a row) are the Alu phase's; without
@@ -158,7 +162,8 @@ def step_ops(dtype: str, mma: str, rows: int, block_n: int, head_dim: int, repli
     cols = head_dim // replicas
     exps = softmax_exps(rows, block_n)
     alu = softmax_other_instructions(rows, block_n, cols, masked, issued)
-    return (Mma(rows, block_n, head_dim, dtype, mma, instr_n=block_n // replicas, is_async=True),
+    return (Mma(rows, block_n, head_dim, dtype, mma, instr_n=block_n // replicas, is_async=True,
+                issued_with=warpgroups),
             MmaWait(0),                              # S, and the previous step's P V
             Alu(alu),                                # max, scale, sum, convert, masks, bookkeeping
             Exp(exps),
@@ -297,7 +302,7 @@ def build_variant(problem: AttentionProblem, cfg: TileConfig, compiled: Compiled
                 masked = block_is_masked(p, cfg, qb, j)
                 per_warp = compiled.issue_masked if masked else compiled.issue
                 step = step_ops(p.dtype, cfg.mma, role_rows, bn, d, reps, masked,
-                                None if per_warp is None else per_warp * lanes)
+                                None if per_warp is None else per_warp * lanes, roles)
                 if not spilling:
                     return step
                 # registers spilled and reloaded: not while P V still owns its

@@ -77,7 +77,14 @@ class Mma:
     instr_n: the N of each instruction (0: n, one instruction spans all
     columns). Narrow instructions re-read A for every slice of N, which is
     what bounds them by SMEM bandwidth. m counts every row the warpgroups
-    compute, so a product that two warpgroups both compute has twice its rows."""
+    compute, so a product that two warpgroups both compute has twice its rows.
+
+    issued_with: how many warpgroups of the CTA issue this product at the
+    same moment, released together by the CTA's barrier (fa2's Q Kᵀ with 8
+    warps). The tensor pipe interleaves their instructions, so all of them
+    end when the last would have: calibrate.py dot_chain_phase measured the
+    two warpgroups' S landing 55-88 cycles apart, where served whole and in
+    turn they would land a product (129-257 cycles) apart."""
 
     m: int
     n: int
@@ -88,6 +95,7 @@ class Mma:
     is_async: bool = False
     a_in_smem: bool = True
     instr_n: int = 0
+    issued_with: int = 1
 
     @property
     def flops(self) -> int:

@@ -194,7 +194,7 @@ def probe_schedule(mode: str, stages: int, steps: int, gpu):
                                seqlen_kv=RING_TILES * BLOCK_N)
     cfg = TileConfig(block_m=BLOCK_M, block_n=BLOCK_N, num_warps=WARPS, num_stages=stages)
     rows, part = BLOCK_M // roles, BLOCK_N * HEAD_DIM * 2 // roles
-    step = step_ops("bf16", cfg.mma, rows, BLOCK_N, HEAD_DIM)
+    step = step_ops("bf16", cfg.mma, rows, BLOCK_N, HEAD_DIM, warpgroups=roles)
     # a stagger of one step of the shared probe over the CTAs, as ALU work on the CTA's own SM
     alu_per_ns = gpu.units.alu_ops_per_clk_per_sm * gpu.clock_hz / 1e9
 

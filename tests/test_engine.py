@@ -496,6 +496,20 @@ def test_fa1_fast_path_keeps_its_running_output_in_l2():
     assert abs(fast.runtime_s / full.runtime_s - 1) <= 0.02
 
 
+def test_last_two_waves_keep_heavy_causal_ctas_apart():
+    """fa2 64x32 w8 s3 causal B4 H32 N2048 D64: three CTAs an SM, causal Q
+    blocks of 2-64 steps. Ghost batches are sized to end together, and with
+    only the last wave simulated the slots freed at once took it at once:
+    three of the heaviest Q blocks started side by side on one SM and took
+    60-70 us against 35-49 in the full simulation, the launch +3.0% over it
+    (with Mma.issued_with, session 27). The last two waves simulated: +0.3%."""
+    problem = AttentionProblem(batch=4, heads=32, seqlen_q=2048, head_dim=64, causal=True)
+    schedule = algorithms.build("fa2", problem, TileConfig(block_m=64, block_n=32, num_warps=8, num_stages=3))
+    fast, full = simulate(schedule, H100, fast=True), simulate(schedule, H100, fast=False)
+    assert sum(launch.ctas_ghosted for launch in fast.launches) > 300
+    assert abs(fast.runtime_s / full.runtime_s - 1) <= 0.01
+
+
 def test_ghost_replay_keeps_a_heads_kv_in_l2():
     """Causal fa2 with two warpgroups, 1775 of its 4096 CTAs ghosted, on an
     H100 with a 16 MB L2 that the launch turns over six times: every Q, K
@@ -504,7 +518,8 @@ def test_ghost_replay_keeps_a_heads_kv_in_l2():
     batch held its slot, so a causal head's K/V tiles (its CTAs' loops
     differ in length) came up a batch apart and were evicted in between:
     +3.1% HBM reads. Replayed as the GPU runs them, side by side at their
-    turns in launch order: +0.25%. (Runtime +1.3%, +1.5% before.)"""
+    turns in launch order: +0.25%. (Runtime +1.3%, +1.5% before; +0.7% with
+    the last two waves simulated and Mma.issued_with, session 27.)"""
     gpu = profile_with(**{"l2.capacity_bytes": 16 * 2**20})
     problem = AttentionProblem(batch=4, heads=32, seqlen_q=2048, head_dim=64, causal=True)
     schedule = algorithms.build("fa2", problem, TileConfig(block_m=64, block_n=32, num_warps=8, num_stages=3))

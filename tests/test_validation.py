@@ -380,3 +380,15 @@ def test_gluon_rows_refuse_bad_times_in_one_line(tmp_path, ms, msg):
     with pytest.raises(ResultsFileError, match=msg) as e:
         V.gluon_rows(str(path))
     assert "\n" not in str(e.value)
+
+
+def test_kept_bounds_are_read_for_their_own_profile_only(tmp_path):
+    """--write-bounds never raises a bound: it takes the lesser of the new
+    rounding and the bound already kept for the same profile."""
+    path = tmp_path / "bounds.json"
+    path.write_text(json.dumps({"profile": "h100", "bounds": {"mape.fa2": 0.05}}))
+    assert V._kept_bounds(str(path), "h100") == {"mape.fa2": 0.05}
+    assert V._kept_bounds(str(path), "h100.measured") == {}
+    path.write_text("{not json")
+    assert V._kept_bounds(str(path), "h100") == {}
+    assert V._kept_bounds(str(tmp_path / "missing.json"), "h100") == {}

@@ -89,7 +89,8 @@ GHOST_SAMPLES = 3           # real CTAs of a class before later ones are ghosted
 # one, fa2 64x32 w8 s3 causal B4 H32 N2048 D64 (three CTAs an SM) once
 # started three of its heaviest Q blocks together on one SM as the ghost
 # batches of its slots ended at once: 60-70 us each against 35-49 in the
-# full simulation, and the launch +3.0% over it (+0.3% with two).
+# full simulation, and the launch +3.0% over it (+0.3% with two; both with
+# Mma.issued_with, session 27). It costs one more wave of real CTAs a launch.
 TAIL_WAVES = 2
 # ... and, steady or not, a class stops being simulated after this many waves
 # of it (a class's wave: its share of the launch's slots, at least

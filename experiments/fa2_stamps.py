@@ -100,18 +100,29 @@ def stamp_rows(stamps, prov: dict, **fields) -> list[dict]:
     return rows
 
 
+def _gpu_provenance(command: str) -> dict | None:
+    """The run's provenance, or None (and one line why) without a CUDA GPU."""
+    import torch
+
+    from kernels.provenance import provenance
+
+    if not torch.cuda.is_available():
+        print(f"fa2_stamps {command}: needs a CUDA GPU", file=sys.stderr)
+        return None
+    return provenance(" ".join(["python experiments/fa2_stamps.py"] + sys.argv[1:]))
+
+
 def cmd_measure(args) -> int:
     import torch
     import triton
 
     from kernels import fa2
     from kernels.common import make_inputs
-    from kernels.provenance import provenance, write_csv_atomic
+    from kernels.provenance import write_csv_atomic
 
-    if not torch.cuda.is_available():
-        print("fa2_stamps measure: needs a CUDA GPU", file=sys.stderr)
+    prov = _gpu_provenance("measure")
+    if prov is None:
         return 2
-    prov = provenance(" ".join(["python experiments/fa2_stamps.py"] + sys.argv[1:]))
     rows = []
     for case in selected(args.cases):
         problem, cfg = problem_config(case)
@@ -150,12 +161,11 @@ def cmd_warmth(args) -> int:
 
     from kernels import fa2
     from kernels.common import make_inputs
-    from kernels.provenance import provenance, write_csv_atomic
+    from kernels.provenance import write_csv_atomic
 
-    if not torch.cuda.is_available():
-        print("fa2_stamps warmth: needs a CUDA GPU", file=sys.stderr)
+    prov = _gpu_provenance("warmth")
+    if prov is None:
         return 2
-    prov = provenance(" ".join(["python experiments/fa2_stamps.py"] + sys.argv[1:]))
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
     rows = []
     for case in WARMTH_CASES:
@@ -278,12 +288,11 @@ def cmd_lone(args) -> int:
 
     from kernels import fa2
     from kernels.common import make_inputs
-    from kernels.provenance import provenance, write_csv_atomic
+    from kernels.provenance import write_csv_atomic
 
-    if not torch.cuda.is_available():
-        print("fa2_stamps lone: needs a CUDA GPU", file=sys.stderr)
+    prov = _gpu_provenance("lone")
+    if prov is None:
         return 2
-    prov = provenance(" ".join(["python experiments/fa2_stamps.py"] + sys.argv[1:]))
     rows = []
     for case in LONE_CASES:
         problem, cfg = lone_problem(case)
@@ -325,25 +334,25 @@ def lone_measured(path: str) -> dict:
 
 def sass_chain_cycles(case) -> float | None:
     """A step of one CTA alone as its SASS and the tensor pipe would have it:
-    its products at the tl.dot loop's rate (calibrate.py wgmma, 4074 flop a
-    clock an SM) plus the stall clocks ptxas scheduled into a trip of the loop
+    its products at the tl.dot loop's rate (calibrate.py wgmma, ~4074 flop a
+    clock an SM, as h100.measured has it) plus the stall clocks ptxas scheduled into a trip of the loop
     (kernels/sass.py tensor_loop_parts: the least time one warp takes, its
     variable-latency waits aside). None without the SASS."""
+    from algorithms.fa2 import warpgroup_replicas
+    from gpusim.profile import load_profile
     from kernels.fa2 import compiled_resources
 
     problem, cfg = lone_problem(case)
     parts = compiled_resources(problem, cfg).get("loop_parts") or []
     if not parts:
         return None
-    # Q Kᵀ and P V of the CTA's rows; 64-row CTAs with two warpgroups compute S twice
-    replicas = 2 if cfg.block_m == 64 and cfg.num_warps == 8 else 1
-    flops = 2 * cfg.block_m * cfg.block_n * problem.head_dim * (1 + replicas)
-    return flops / LONE_TENSOR_FLOP_PER_CLK + parts[0]["stall_clocks"]
-
-
-# calibrate.py's tl.dot loop on the H100 (calibration_h100.csv tensor_wgmma_triton
-# bf16: 885.8 TFLOP/s at the 1647 MHz read in the kernel, 132 SMs)
-LONE_TENSOR_FLOP_PER_CLK = 4074
+    # the tl.dot loop's rate a clock: h100.measured takes it from calibrate.py's
+    # wgmma rows (885.8 TFLOP/s at the 1647 MHz read in the kernel)
+    gpu = load_profile("h100.measured")
+    flop_per_clk = gpu.matmul_flops_per_s_per_sm("wgmma", "bf16") / gpu.clock_hz
+    # Q Kᵀ (computed once per replica: 64-row CTAs with two warpgroups compute S twice) and P V
+    flops = 2 * cfg.block_m * cfg.block_n * problem.head_dim * (warpgroup_replicas(cfg) + 1)
+    return flops / flop_per_clk + parts[0]["stall_clocks"]
 
 
 def cmd_lone_compare(args) -> int:

@@ -126,6 +126,14 @@ def _ring(rows_q: int, block_n: int, tiles: int):
     return q, k, torch.randn_like(k)
 
 
+def _outputs(ctas: int):
+    """O (a BLOCK_M x HEAD_DIM tile a CTA) and the stamps (start, end, SM a CTA) for `ctas` CTAs."""
+    import torch
+
+    return (torch.empty(ctas, BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16),
+            torch.zeros(ctas, 3, dtype=torch.int64, device="cuda"))
+
+
 def _stamped_rows(stamps, prov: dict, steps: int, **fields) -> list[dict]:
     """A CSV row per CTA of the last launch, from its stamps (start, end, SM):
     `fields` (mode, stages, rep), its loop's time and time a step, and the provenance."""
@@ -156,8 +164,7 @@ def measure(out: str) -> int:
         return 2
     prov, kernel, ctas = gpu
     q, k, v = _ring(BLOCK_M, BLOCK_N, RING_TILES)
-    o = torch.empty(WAVES * ctas, BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    stamps = torch.zeros(WAVES * ctas, 3, dtype=torch.int64, device="cuda")
+    o, stamps = _outputs(WAVES * ctas)
     rows = []
     for stages in (2, 3):
         for mode, code in MODES.items():
@@ -285,8 +292,7 @@ def measure_sizes(out: str, variants=((BLOCK_M, WARPS),), sizes=None, pvs=(True,
         return 2
     prov, kernel, ctas = gpu
     ring_bytes = RING_TILES * BLOCK_N * HEAD_DIM * 2       # 4 MB of K, as the other runs
-    o = torch.empty(ctas, BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    stamps = torch.zeros(ctas, 3, dtype=torch.int64, device="cuda")
+    o, stamps = _outputs(ctas)
     rows = []
     for (bm, warps), bn in ((v, bn) for v in variants for bn in (sizes or SIZES)):
         ring = ring_bytes // (bn * HEAD_DIM * 2)
@@ -318,8 +324,7 @@ def measure_where(out: str) -> int:
         return 2
     prov, kernel, ctas = gpu
     q, k, v = _ring(BLOCK_M, BLOCK_N, RING_TILES)
-    o = torch.empty(ctas, BLOCK_M, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    stamps = torch.zeros(ctas, 3, dtype=torch.int64, device="cuda")
+    o, stamps = _outputs(ctas)
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
 
     def run(grid):

@@ -1,5 +1,5 @@
 """Nsight Compute counters of one kernel launch, for the probes that read a
-few counters per case (spill_counters.py, l2_request_probe.py): ncu with
+few counters per case (spill_counters.py, pipe_counters.py, l2_request_probe.py): ncu with
 `--clock-control none` (the machine's clocks are never changed) runs a script
 with its own target argument, skips the kernel's first launch (it compiles)
 and reads the second.
@@ -30,3 +30,26 @@ def second_launch(script: str, target: str, kernel_regex: str, metrics: list[str
         raise SystemExit(f"ncu gave no counters for {script} --target {target}")
     header, units, values = (next(csv.reader([ln])) for ln in lines[:3])
     return {hd: (val, unit) for hd, unit, val in zip(header, units, values) if hd in metrics}
+
+
+def fa2_spec(block_m: int, block_n: int, warps: int, stages: int, causal: int) -> str:
+    """The --target argument naming one fa2 config (fa2_launch reads it back)."""
+    return f"{block_m}x{block_n}x{warps}x{stages}x{causal}"
+
+
+def fa2_launch(spec: str, shape: dict) -> None:
+    """Runs under ncu: fa2 of config `spec` (fa2_spec) on `shape` (batch,
+    heads, seqlen, head_dim), launched twice: the first compiles outside the
+    profiled launch, the second is the one second_launch reads."""
+    import torch
+
+    from algorithms.problem import TileConfig
+    from kernels import fa2
+
+    bm, bn, w, s, causal = map(int, spec.split("x"))
+    b, h, n, d = shape["batch"], shape["heads"], shape["seqlen"], shape["head_dim"]
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cfg = TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s)
+    for _ in range(2):
+        fa2.forward(q, k, v, causal=bool(causal), config=cfg)
+        torch.cuda.synchronize()

@@ -24,7 +24,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from experiments.ncu_counters import second_launch  # noqa: E402
+from experiments.ncu_counters import fa2_launch, fa2_spec, second_launch  # noqa: E402
 from kernels.provenance import provenance, write_csv_atomic  # noqa: E402
 
 # the measured sweep's shape at N = 16384, D = 64 (16k tokens, hidden 2048)
@@ -63,30 +63,13 @@ def metrics(known: set[str]) -> list[str]:
     return wanted
 
 
-def target(spec: str) -> None:
-    """Runs under ncu: one fa2 launch of config `spec` (bm x bn x warps x stages x causal)."""
-    import torch
-
-    from algorithms.problem import TileConfig
-    from kernels import fa2
-
-    bm, bn, w, s, causal = map(int, spec.split("x"))
-    b, h, n, d = SHAPE["batch"], SHAPE["heads"], SHAPE["seqlen"], SHAPE["head_dim"]
-    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    cfg = TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s)
-    fa2.forward(q, k, v, causal=bool(causal), config=cfg)        # compile outside the profiled launch
-    torch.cuda.synchronize()
-    fa2.forward(q, k, v, causal=bool(causal), config=cfg)
-    torch.cuda.synchronize()
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "pipe_counters_h100.csv"))
     ap.add_argument("--target", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.target:
-        target(a.target)
+        fa2_launch(a.target, SHAPE)
         return 0
     wanted = metrics(available())
     if not wanted:
@@ -96,7 +79,7 @@ def main(argv=None) -> int:
     rows = []
     command = "PYTHONPATH=. python3 experiments/pipe_counters.py"
     for bm, bn, w, s, causal in CONFIGS:
-        spec = f"{bm}x{bn}x{w}x{s}x{causal}"
+        spec = fa2_spec(bm, bn, w, s, causal)
         # the second launch of _fa2_fwd is the measured one (the first compiles)
         got = second_launch(os.path.abspath(__file__), spec, "_fa2_fwd", wanted)
         row = {"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": s, **SHAPE, "causal": causal}

@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from experiments.ncu_counters import second_launch  # noqa: E402
+from experiments.ncu_counters import fa2_launch, fa2_spec, second_launch  # noqa: E402
 from kernels.provenance import provenance, write_csv_atomic  # noqa: E402
 
 SHAPE = dict(batch=4, heads=16, seqlen=4096, head_dim=128)
@@ -29,34 +29,17 @@ METRICS = ["l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_bytes_pipe_l
            "l1tex__t_sector_pipe_lsu_mem_local_op_ld_hit_rate.pct", "gpu__time_duration.sum"]
 
 
-def target(spec: str) -> None:
-    """Runs under ncu: one fa2 launch of config `spec` (bm x bn x warps x stages x causal)."""
-    import torch
-
-    from algorithms.problem import TileConfig
-    from kernels import fa2
-
-    bm, bn, w, s, causal = map(int, spec.split("x"))
-    b, h, n, d = SHAPE["batch"], SHAPE["heads"], SHAPE["seqlen"], SHAPE["head_dim"]
-    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    cfg = TileConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s)
-    fa2.forward(q, k, v, causal=bool(causal), config=cfg)        # compile outside the profiled launch
-    torch.cuda.synchronize()
-    fa2.forward(q, k, v, causal=bool(causal), config=cfg)
-    torch.cuda.synchronize()
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "spill_counters_h100.csv"))
     ap.add_argument("--target", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.target:
-        target(a.target)
+        fa2_launch(a.target, SHAPE)
         return 0
     rows = []
     for bm, bn, w, s, causal in CONFIGS:
-        spec = f"{bm}x{bn}x{w}x{s}x{causal}"
+        spec = fa2_spec(bm, bn, w, s, causal)
         # the second launch of _fa2_fwd is the measured one (the first compiles)
         got = second_launch(os.path.abspath(__file__), spec, "_fa2_fwd", METRICS)
         row = {"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": s, **SHAPE, "causal": causal}

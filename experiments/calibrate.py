@@ -517,6 +517,21 @@ def triton_kernels():
         tl.store(OUT + pid * BLOCK + offs, acc)
 
     @triton.jit
+    def l2_shared_read(X, OUT, nblocks, iters, lag, BLOCK: tl.constexpr, UNROLL: tl.constexpr):
+        # As l2_read, but every CTA walks the same blocks in the same order,
+        # CTA c `lag` blocks ahead of CTA c - 1 (lag 0: all on one block at
+        # once, as the CTAs of an attention head step through its K/V tiles)
+        pid = tl.program_id(0)
+        offs = tl.arange(0, BLOCK)
+        acc = tl.zeros([BLOCK], tl.float32)
+        start = pid * lag
+        for i in range(iters):
+            for u in tl.static_range(UNROLL):
+                b = ((start + i * UNROLL + u) % nblocks).to(tl.int64)
+                acc += tl.load(X + b * BLOCK + offs, cache_modifier=".cg")
+        tl.store(OUT + pid * BLOCK + offs, acc)
+
+    @triton.jit
     def l2_write(Y, nblocks, iters, BLOCK: tl.constexpr, UNROLL: tl.constexpr):
         # UNROLL BLOCK-wide stores per step into an L2-resident set: the write
         # path from the SMs into L2 (write-back: the lines never leave L2)
@@ -741,7 +756,8 @@ def triton_kernels():
         pass
 
     return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, tile_write=tile_write,
-                tma_setup=tma_setup, store_overlap=store_overlap, l2_read=l2_read, l2_write=l2_write,
+                tma_setup=tma_setup, store_overlap=store_overlap, l2_read=l2_read, l2_shared_read=l2_shared_read,
+                l2_write=l2_write,
                 dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, dot_chain=dot_chain,
                 softmax_mix=softmax_mix, exp2_loop=exp2_loop, empty=empty)
 
@@ -1177,6 +1193,46 @@ def bench_l2(r: Runner, K):
               detail=f"one CTA ({warps} warps, {block * unroll * 4 // 1024} KB of loads in flight per step) "
                      f"re-reading a 4 MB L2-resident set with ld.global.cg: {bw / 1e9:.1f} GB/s at the NVML clock")
     del big
+
+
+# l2_shared: lags (in 8 KB blocks) between consecutive CTAs walking one block
+# sequence; "spread" puts each CTA on its own part of the set (l2's pattern).
+L2_SHARED_LAGS = (0, 1, 2, 4, 8, 32, "spread")
+
+
+def bench_l2_shared(r: Runner, K):
+    """Do requests from many SMs for the same lines cost L2 its bandwidth
+    once or once each? ncu counts fewer sectors looked up at the L2 slices
+    than the SMs receive for fa2 (26-48% fewer non-causal: the L2 request
+    coalescer merges requests for a sector in flight); this measures what
+    that does to the rate. One CTA an SM (8 warps, four 8 KB loads in flight
+    each) re-reads a 16 MB L2-resident set, all CTAs walking the same block
+    sequence, CTA c `lag` blocks ahead of CTA c - 1, and, as `l2` does, each
+    on its own part of the set ("spread"). Rows `l2_shared`: bytes the SMs
+    received / time, GB/s."""
+    torch = r.torch
+    BLOCK, UNROLL = 2048, 4
+    grid = r.sms
+    ws = 16 << 20
+    nblocks = ws // (BLOCK * 4)
+    buf = torch.randn(ws // 4, device="cuda", dtype=torch.float32)
+    out = torch.empty(grid * BLOCK, device="cuda", dtype=torch.float32)
+    iters = (2 << 30) // (grid * UNROLL * BLOCK * 4)     # 2 GB received a launch
+    for lag in L2_SHARED_LAGS:
+        step = nblocks // grid if lag == "spread" else lag
+
+        def fn():
+            K["l2_shared_read"][(grid,)](buf, out, nblocks, iters, step, BLOCK=BLOCK, UNROLL=UNROLL, num_warps=8)
+
+        with r.sampler() as smp:
+            ms = r.event_loop(fn, n=7, warm=2)
+        moved = iters * grid * UNROLL * BLOCK * 4
+        r.add("l2_shared", f"lag_{lag}", moved / (ms * 1e-3) / 1e9, "GB/s", smp.mhz,
+              detail=f"{grid} CTAs (one an SM, 8 warps) re-reading a 16 MB set, ld.global.cg, "
+                     + ("each on its own part of it" if lag == "spread" else
+                        f"all walking one 8 KB block sequence, each {lag} blocks ahead of the last")
+                     + f"; {moved >> 20} MB received a launch, {ms:.3f} ms")
+    del buf
 
 
 def bench_l2_duration(r: Runner, K):
@@ -2149,6 +2205,7 @@ def cmd_run(args) -> int:
              ("l2", lambda: bench_l2(r, K)),
              ("l2_store", lambda: bench_l2_store(r, K)),
              ("l2_duration", lambda: bench_l2_duration(r, K)),
+             ("l2_shared", lambda: bench_l2_shared(r, K)),
              ("l2_ramp", lambda: bench_l2_ramp(r, K)),
              ("launch_fill", lambda: bench_launch_fill(r, K)),
              ("wgmma", lambda: [_dot_tflops(r, K, dt) for dt in ("bf16", "fp16", "fp8")]),

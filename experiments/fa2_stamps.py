@@ -18,7 +18,8 @@ case, the median CTA phases measured and predicted.
   GPU:  PYTHONPATH=. python experiments/fa2_stamps.py lone --out $OUT/fa2_stamps_lone_h100.csv
   CPU:  PYTHONPATH=. python experiments/fa2_stamps.py lone-compare
 
-`lone` runs the D = 64 cases one CTA an SM (a step's chain with nothing to
+`lone` runs the N = 16384 non-causal cases (D = 64; D = 128 with 8 warps)
+one CTA an SM (a step's chain with nothing to
 fill it); `lone-compare` sets those CTAs beside the engine's full simulation
 and beside products + the loop's SASS stall clocks.
 """
@@ -67,6 +68,11 @@ CASES = [
     (16384, 64, False, 64, 128, 4, 3),
     (16384, 64, False, 64, 128, 8, 3),
     (16384, 64, False, 64, 64, 4, 3),
+    # D = 128, one CTA an SM whatever the stages (session 28): 128x128 with
+    # 8 warps measures 11-17% slower than predicted at three stages and 7-17%
+    # faster at two; 128x64's two stages 7-26% faster than predicted
+    (16384, 128, False, 128, 128, 8, 3),
+    (16384, 128, False, 128, 128, 8, 2),
 ]
 FIELDS = ("case", "cta", "sm", "start_ns", "looped_ns", "end_ns", "clock_mhz", "kernel_us",
           "kernel_stamped_us", "gpu", "git_commit", "date", "command")
@@ -273,7 +279,9 @@ def predicted_phases(case, profile: str):
 # one head of 128 CTAs (N = 16384 at block_m 128, 8192 at 64), so a step's
 # time is the chain of one CTA's warps with no other CTA to fill the SM.
 # Set beside the SASS (the loop's stall clocks) and the products, on the CPU.
-LONE_CASES = [c for c in CASES if c[1] == 64 and not c[2] and c[0] == 16384]
+# Session 28 added D = 128's 8-warp configs (one CTA an SM in the sweep too:
+# alone, their K/V tiles have L2 to themselves).
+LONE_CASES = [c for c in CASES if not c[2] and c[0] == 16384 and (c[1] == 64 or c[5] == 8)]
 LONE_CTAS = 128
 
 
@@ -294,7 +302,7 @@ def cmd_lone(args) -> int:
     if prov is None:
         return 2
     rows = []
-    for case in LONE_CASES:
+    for case in lone_selected(args.cases):
         problem, cfg = lone_problem(case)
         q, k, v = make_inputs(1, 1, problem.seqlen_q, problem.head_dim)
         stamps = torch.zeros(LONE_CTAS, fa2.STAMP_SLOTS, dtype=torch.int64, device="cuda")
@@ -314,6 +322,12 @@ def cmd_lone(args) -> int:
                                       "clock_mhz", "gpu", "git_commit", "date", "command"))
     print(f"wrote {args.out}")
     return 0
+
+
+def lone_selected(names: str | None) -> list:
+    """LONE_CASES, or those of them named in a comma-separated list."""
+    wanted = set(names.split(",")) if names else None
+    return [c for c in LONE_CASES if wanted is None or case_name(c) in wanted]
 
 
 def lone_measured(path: str) -> dict:
@@ -364,10 +378,10 @@ def cmd_lone_compare(args) -> int:
     from gpusim import predict
 
     profiles = args.profiles.split(",")
-    print("| config (one CTA an SM, D = 64) | CTA µs meas | " + " | ".join(f"engine `{p}`" for p in profiles)
+    print("| config (one CTA an SM) | CTA µs meas | " + " | ".join(f"engine `{p}`" for p in profiles)
           + " | step cycles meas | products + SASS stall clocks |")
     print("|---|---|" + "---|" * len(profiles) + "---|---|")
-    for case in LONE_CASES:
+    for case in lone_selected(args.cases):
         name = f"lone_{case_name(case)}"
         if name not in measured:
             continue
@@ -437,22 +451,26 @@ def main(argv=None) -> int:
     p = sub.add_parser("warmth", help="GPU: the first wave's steps with the K/V in L2 or not")
     p.add_argument("--out", default="experiments/results/fa2_stamps_warmth_h100.csv")
     p.set_defaults(func=cmd_warmth, cases=None)
-    p = sub.add_parser("lone", help="GPU: the D = 64 cases one CTA an SM (a step's chain alone)")
+    p = sub.add_parser("lone", help="GPU: the N = 16384 non-causal cases (D = 64, and D = 128 with 8 warps) "
+                                    "one CTA an SM (a step's chain alone)")
     p.add_argument("--out", default="experiments/results/fa2_stamps_lone_h100.csv")
-    p.set_defaults(func=cmd_lone, cases=None)
+    p.add_argument("--cases", help="comma-separated case names (default: every lone case)")
+    p.set_defaults(func=cmd_lone)
     p = sub.add_parser("lone-compare", help="CPU: the lone CTAs beside the engine's full simulation")
     p.add_argument("--measured", default="experiments/results/fa2_stamps_lone_h100.csv")
     p.add_argument("--profiles", default="h100,h100.measured")
-    p.set_defaults(func=cmd_lone_compare, cases=None)
+    p.add_argument("--cases", help="comma-separated case names (default: every lone case)")
+    p.set_defaults(func=cmd_lone_compare)
     p = sub.add_parser("compare", help="CPU: measured CTA phases beside the engine's")
     p.add_argument("--measured", default="experiments/results/fa2_stamps_h100.csv")
     p.add_argument("--profile", default="h100")
     p.add_argument("--cases", help="comma-separated case names (default: all)")
     p.set_defaults(func=cmd_compare)
     args = ap.parse_args(argv)
-    unknown = [n for n in (args.cases or "").split(",") if n and n not in map(case_name, CASES)]
+    known = [case_name(c) for c in (LONE_CASES if args.cmd.startswith("lone") else CASES)]
+    unknown = [n for n in (args.cases or "").split(",") if n and n not in known]
     if unknown:
-        print(f"fa2_stamps: unknown case {', '.join(unknown)}; cases: {', '.join(map(case_name, CASES))}",
+        print(f"fa2_stamps: unknown case {', '.join(unknown)} for {args.cmd}; cases: {', '.join(known)}",
               file=sys.stderr)
         return 2
     return args.func(args)

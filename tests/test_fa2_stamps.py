@@ -75,12 +75,13 @@ def test_named_cases_are_taken_in_the_order_given():
 
 
 def test_lone_cases_are_one_head_of_128_ctas_one_an_sm():
-    """Each D = 64 case alone on its SMs: one head, 128 CTAs (fewer than the
-    H100's 132 SMs), whatever its block_m."""
-    assert len(fa2_stamps.LONE_CASES) == 7
+    """Each D = 64 case, and D = 128's 8-warp ones, alone on its SMs: one
+    head, 128 CTAs (fewer than the H100's 132 SMs), whatever its block_m."""
+    assert len(fa2_stamps.LONE_CASES) == 11
     for case in fa2_stamps.LONE_CASES:
         problem, cfg = fa2_stamps.lone_problem(case)
-        assert problem.batch * problem.heads == 1 and problem.head_dim == 64 and not problem.causal
+        assert problem.batch * problem.heads == 1 and not problem.causal
+        assert problem.head_dim == 64 or cfg.num_warps == 8
         assert problem.seqlen_q // cfg.block_m == fa2_stamps.LONE_CTAS
 
 
@@ -110,3 +111,11 @@ def test_committed_lone_run_had_one_cta_on_each_sm():
     assert len(sms) == 3 * len(fa2_stamps.LONE_CASES)
     for key, got in sms.items():
         assert len(got) == len(set(got)) == fa2_stamps.LONE_CTAS, key
+
+
+def test_lone_cases_are_checked_against_the_lone_list():
+    # a case `measure` knows but `lone` does not run is refused, not silently skipped
+    assert fa2_stamps.main(["lone-compare", "--cases", "N512_D64_c0_64x64w4s3"]) == 2
+    names = "N16384_D128_c0_128x128w8s2,N16384_D64_c0_128x64w4s3"
+    assert [fa2_stamps.case_name(c) for c in fa2_stamps.lone_selected(names)] == \
+        ["N16384_D64_c0_128x64w4s3", "N16384_D128_c0_128x128w8s2"]

@@ -254,6 +254,21 @@ extern "C" __global__ void chase_tma(const unsigned* arr, int warm, int steps, u
     out[0] = c1 - c0; out[1] = j;
 }
 
+// chase_plain from every SM at once, each block on its own stretch of the
+// chain: a step's cycles and the SM it ran on (is L2 nearer to some SMs?).
+extern "C" __global__ void chase_per_sm(const unsigned* arr, int steps, const unsigned* starts,
+                                        unsigned long long* out) {
+    if (threadIdx.x != 0) return;
+    unsigned j = starts[blockIdx.x];
+    unsigned long long c0 = clock64();
+    for (int s = 0; s < steps; s++)
+        asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(j) : "l"(arr + j) : "memory");
+    unsigned long long c1 = clock64();
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    out[3 * blockIdx.x] = c1 - c0; out[3 * blockIdx.x + 1] = smid; out[3 * blockIdx.x + 2] = j;
+}
+
 extern "C" __global__ void empty_kernel() {}
 
 // A CTA's life with nothing to hide it: copy this CTA's tile (`vecs` 16-byte vectors:
@@ -392,7 +407,7 @@ CP_ASYNC_DEPTHS(32)
 """
 
 CUDA_KERNELS = ("ex2_loop", "ffma_loop", "smem_read", "mma_bf16", "mma_f16", "mma_e4m3",
-                "chase_plain", "chase_tma", "empty_kernel", "cta_cycle", "cta_cycle_stamped",
+                "chase_plain", "chase_tma", "chase_per_sm", "empty_kernel", "cta_cycle", "cta_cycle_stamped",
                 *(f"cp_async_d{d}_v{v}" for d in (1, 2, 3, 4) for v in (0, 1, 2, 4, 8, 16, 32)))
 
 
@@ -1793,6 +1808,51 @@ def bench_latency(r: Runner, mod):
         del arr
 
 
+def bench_latency_per_sm(r: Runner, mod):
+    """chase_plain's L2 latency from each SM (rows `latency_per_sm`,
+    param sm_<id>): one block an SM, all at once, each chasing its own
+    stretch of one random cycle through a 4 MB L2-resident set (ld.global.cg),
+    the second of two launches timed (the first leaves the set in L2). A
+    single thread's chase puts next to no load on L2. Do SMs differ? (CTAs
+    that stay in lock-step collide at L2 every step; on the H100 they drift
+    apart: fa2_stamps.py lone, session 28.)"""
+    import cupy
+    import numpy as np
+    torch = r.torch
+    steps = 2048
+    arr, start, lines = _chase_chain(torch, 4 << 20, 1)
+    # the chain's order: walk it once on the host to space the blocks' starts along it
+    nxt = arr.view(-1, 32)[:, 0].cpu().numpy() // 32
+    order = np.empty(lines, dtype=np.int64)
+    j = start // 32
+    for k in range(lines):
+        order[k] = j
+        j = nxt[j]
+    blocks = r.sms
+    starts = cupy.asarray((order[np.arange(blocks) * (lines // blocks)] * 32).astype(np.uint32))
+    ptr = cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(arr.data_ptr(), arr.numel() * 4, arr), 0)
+    carr = cupy.ndarray((arr.numel(),), dtype=cupy.uint32, memptr=ptr)
+    out = cupy.zeros(3 * blocks, dtype=cupy.uint64)
+    k = mod.get_function("chase_per_sm")
+    per_sm: dict = {}
+    with r.sampler() as s:
+        for rep in range(4):
+            k((blocks,), (32,), (carr, np.int32(steps), starts, out))
+            cupy.cuda.Device().synchronize()
+            if rep == 0:
+                continue        # (the set enters L2)
+            got = out.get().reshape(blocks, 3)
+            for cycles, sm, _ in got:
+                per_sm.setdefault(int(sm), []).append(int(cycles) / steps)
+    for sm in sorted(per_sm):
+        vals = per_sm[sm]
+        r.add("latency_per_sm", f"sm_{sm}", statistics.median(vals), "cycles", s.mhz,
+              detail=f"1-thread pointer chase, {steps} steps over a 4 MB L2-resident set (ld.global.cg), "
+                     f"{blocks} blocks at once; median of {len(vals)} blocks/launches: "
+                     + ", ".join(f"{v:.0f}" for v in vals))
+    del arr
+
+
 # Background readers for loaded_latency: CTAs of 8 warps streaming ld.global.cg
 # (0 = the chase alone, 528 = 4 an SM: every SM reading as hard as it can)
 LOADED_BACKGROUND_CTAS = (0, 16, 33, 66, 132, 264, 528)
@@ -2218,6 +2278,7 @@ def cmd_run(args) -> int:
              ("exp2_triton", lambda: bench_exp2_triton(r, K)),
              ("softmax_mix", lambda: bench_softmax_mix(r, K)),
              ("latency", lambda: mod and bench_latency(r, mod)),
+             ("latency_per_sm", lambda: mod and bench_latency_per_sm(r, mod)),
              ("loaded_latency", lambda: mod and bench_loaded_latency(r, K, mod)),
              ("launch", lambda: bench_launch(r, K, mod)),
              ("cta_cycle", lambda: mod and bench_cta_cycle(r, mod)),

@@ -2672,6 +2672,19 @@ def mapping(rows):
     if v:
         out[("l2", "hit_latency_cycles")] = (round(v, 0), cite(
             f"1-thread pointer chase, ld.global.cg, 4 MB working set (L2 hits) = {v:.0f} cycles", row))
+    per_sm = {}
+    for r in rows:
+        if r["bench"] == "latency_per_sm" and r["param"].startswith("sm_"):
+            v, row = _val(rows, "latency_per_sm", r["param"])
+            if v:
+                per_sm[int(r["param"][3:])] = (v, row)
+    if sorted(per_sm) == list(range(n_sms)):
+        cycles = [per_sm[i][0] for i in range(n_sms)]
+        middle = statistics.median(cycles)
+        out[("l2", "sm_latency_offsets_cycles")] = ([round(c - middle, 1) + 0.0 for c in cycles], cite(
+            f"1-thread pointer chase from every SM at once (calibrate.py latency_per_sm), ld.global.cg, 4 MB "
+            f"L2-resident set: {min(cycles):.0f}-{max(cycles):.0f} cycles, median {middle:.0f}; each SM's "
+            f"less the median, by SM id", per_sm[0][1]))
     # HBM
     v, row = _val(rows, "hbm_bandwidth", "copy")
     if v:
@@ -2734,6 +2747,8 @@ def _toml_value(v):
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(v, float):
         return repr(float(v))
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     return str(v)
 
 

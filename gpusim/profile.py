@@ -38,7 +38,9 @@ SCHEMA: dict[str, dict[str, tuple[type, object, object]]] = {
               "flash_step_latency_cycles": (float, 0.0, 1e5)},
     "l2": {"capacity_bytes": (int, 0, 1 << 34), "bandwidth_gbps": (float, 1, 1e6),
            "hit_latency_cycles": (float, 0, 1e5), "sm_port_bytes_per_clk": (float, 1, 4096),
-           "sm_store_bytes_per_clk": (float, 1, 4096), "sm_store_bytes_per_clk_per_warp": (float, 0.01, 4096)},
+           "sm_store_bytes_per_clk": (float, 1, 4096), "sm_store_bytes_per_clk_per_warp": (float, 0.01, 4096),
+           # per SM, by SM id: its L2 round trip less the median SM's (cycles); [] = all alike
+           "sm_latency_offsets_cycles": (list, -1e4, 1e4)},
     "hbm": {"peak_bandwidth_gbps": (float, 1, 1e6), "sustained_bandwidth_gbps": (float, 1, 1e6),
             "latency_cycles": (float, 0, 1e5)},
     "copy": {"plain_load_latency_cycles": (float, 0, 1e5), "tma_extra_latency_cycles": (float, 0, 1e5),
@@ -156,6 +158,14 @@ def available_profiles() -> list[str]:
 
 def _check_value(where: str, spec, value, path: str):
     typ, low, high = spec
+    if typ is list:     # a list of numbers, each within the bounds
+        if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                  for v in value):
+            raise ProfileError(f"{path}: {where} must be a list of numbers, got {value!r}"[:300])
+        bad = [v for v in value if not low <= v <= high]
+        if bad:
+            raise ProfileError(f"{path}: {where} holds {bad[0]}, which is impossible; allowed range [{low}, {high}]")
+        return tuple(float(v) for v in value)
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
@@ -209,6 +219,10 @@ def _check_consistency(s: dict, path: str) -> None:
     res = s["residency"]
     if res.smem_per_block_bytes > res.smem_per_sm_bytes:
         raise ProfileError(f"{path}: residency.smem_per_block_bytes exceeds smem_per_sm_bytes")
+    offsets = s["l2"].sm_latency_offsets_cycles
+    if offsets and len(offsets) != s["gpu"].sm_count:
+        raise ProfileError(f"{path}: l2.sm_latency_offsets_cycles has {len(offsets)} values; it needs one per SM "
+                           f"(gpu.sm_count = {s['gpu'].sm_count}) or none")
     hbm = s["hbm"]
     if hbm.sustained_bandwidth_gbps > hbm.peak_bandwidth_gbps:
         raise ProfileError(f"{path}: hbm.sustained_bandwidth_gbps exceeds hbm.peak_bandwidth_gbps")

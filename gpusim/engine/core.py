@@ -338,6 +338,18 @@ class Engine:
         self.mem.scratch = {name for name, t in schedule.tensors.items() if t.kind == "local"}
         self.sms = [_SM(i) for i in range(gpu.gpu.sm_count // slices)]
         clock = gpu.clock_hz
+        # SMs differ in their round trip to L2 (calibrate.py latency_per_sm:
+        # 278-302 cycles on an H200, alike within a TPC, apart by GPC). Alike,
+        # the CTAs of a launch stayed in lock-step for good and met at L2 at
+        # every step: fa2 128x64 w8 with two stages at D = 128, its copy
+        # waited for as it is issued, took 399 us a CTA at one CTA an SM
+        # where the H200 took 303 (fa2_stamps.py lone), as the H100's first
+        # wave did (378 us) before its CTAs drifted apart (295 us from the
+        # third wave on). A part of the GPU (slices) takes every slices-th SM's.
+        offsets = gpu.l2.sm_latency_offsets_cycles
+        if offsets:
+            for sm in self.sms:
+                sm.port.latency_extra = offsets[sm.index * slices % len(offsets)] / clock
         self.exp_rate = gpu.units.exp2_per_clk_per_sm * clock
         self.alu_rate = gpu.units.alu_ops_per_clk_per_sm * clock
         self.smem_rate = gpu.units.smem_bytes_per_clk_per_sm * clock

@@ -9,7 +9,9 @@ misses and every store goes straight to HBM.
 
 L2 and HBM bandwidth are SharedServers (processor sharing among the requests
 in flight from all SMs); each SM also has its own port to L2, served in
-order. Latencies add after the bandwidth wait.
+order. Latencies add after the bandwidth wait; an SM's own round trip to L2
+(l2.sm_latency_offsets_cycles: 278-302 cycles across the SMs of an H200)
+adds to both L2's and HBM's.
 """
 from __future__ import annotations
 
@@ -150,7 +152,7 @@ class MemorySystem:
         ready = lines_.load(self._lines, self._scalars, self._evicted, i, nbytes)
         if ready >= 0.0 or ready == IN_FLIGHT:
             self.hit_bytes += nbytes
-            latency = self.l2_latency
+            latency = self.l2_latency + port.latency_extra
             floor = t_port + latency
             if ready == IN_FLIGHT:
                 arrival = _Arrival(2, floor, latency, then)
@@ -169,7 +171,7 @@ class MemorySystem:
             self._waiting[i] = waiters
             if ready != KEPT:
                 self._write_backs(now, int(KEPT - ready))
-        latency = self.dram_latency
+        latency = self.dram_latency + port.latency_extra
 
         def landed(t: float) -> None:
             done = (t if t > t_port else t_port) + latency

@@ -36,10 +36,12 @@ from math import inf
 from simpy.events import NORMAL, Timeout
 
 class Server:
-    __slots__ = ("name", "free_at", "busy", "_bg", "_bg_load", "_bg_since")
+    __slots__ = ("name", "free_at", "busy", "_bg", "_bg_load", "_bg_since", "latency_extra")
 
     def __init__(self, name: str):
         self.name = name
+        # (an SM's port to L2: what its round trip takes beyond the profile's, s)
+        self.latency_extra = 0.0
         self.free_at = 0.0
         self.busy = 0.0  # seconds of service given, real and background
         self._bg: list[list] = []  # heap of [end, utilisation, arriving]

@@ -528,3 +528,34 @@ def test_ghost_replay_keeps_a_heads_kv_in_l2():
     assert full.hbm_read_bytes == 3 * problem.batch * problem.heads * problem.seqlen_q * problem.head_dim * 2
     assert abs(fast.hbm_read_bytes / full.hbm_read_bytes - 1) <= 0.01
     assert abs(fast.runtime_s / full.runtime_s - 1) <= 0.02
+
+
+def _chase_launch(ctas: int, loads: int, tensor: str):
+    """`ctas` CTAs of one warp, each waiting for `loads` plain 128 B loads of
+    its own tiles one after the other (a pointer chase)."""
+    from algorithms.ops import Tile
+    from algorithms.schedule import CtaProgram, Launch, Role, Schedule, plain_load
+
+    def program(cta):
+        return CtaProgram((Role("thread", 1, tuple(plain_load(Tile(tensor, cta, 0, j), 128)
+                                                     for j in range(loads))),))
+    launch = Launch("chase", ctas, 32, 0, 32, program, classes=lambda: [(0, ctas)], cost_key=lambda cta: 0)
+    return Schedule("chase", AttentionProblem(batch=1, heads=1, seqlen_q=128, head_dim=64), None, (launch,), {})
+
+
+def test_an_sms_own_l2_round_trip_adds_to_each_of_its_loads():
+    """l2.sm_latency_offsets_cycles: SM i's loads take its offset beyond the
+    profile's latency (calibrate.py latency_per_sm: 275-308 cycles across an
+    H100's SMs), hits and misses alike. Two SMs, one chasing CTA each: the
+    launch ends with the slower SM, so an offset of +d cycles on either SM
+    lengthens it by d a load, and -d on one SM changes nothing."""
+    loads, d = 64, 40.0
+    alike = profile_with(**{"gpu.sm_count": 2})
+    base = simulate(_chase_launch(2, loads, "X"), alike, fast=False).runtime_s
+    for offsets in ([d, 0.0], [0.0, d]):
+        slow = simulate(_chase_launch(2, loads, "X"), profile_with(**{
+            "gpu.sm_count": 2, "l2.sm_latency_offsets_cycles": offsets}), fast=False).runtime_s
+        assert slow - base == pytest.approx(loads * d / H100.clock_hz, rel=1e-6)
+    quick = simulate(_chase_launch(2, loads, "X"), profile_with(**{
+        "gpu.sm_count": 2, "l2.sm_latency_offsets_cycles": [-d, 0.0]}), fast=False).runtime_s
+    assert quick == pytest.approx(base, rel=1e-9)

@@ -102,12 +102,15 @@ def test_lone_compare_rejects_a_file_without_the_columns(tmp_path, capsys):
 
 
 def test_committed_lone_run_had_one_cta_on_each_sm():
-    """The premise of the lone rows: in every rep, 128 CTAs on 128 distinct SMs."""
+    """The premise of the lone rows: in every rep, 128 CTAs on 128 distinct SMs
+    (the D = 64 cases on the H100, session 27; D = 128's on an H200, session 28)."""
     import csv
-    path = os.path.join(os.path.dirname(__file__), "..", "experiments", "results", "fa2_stamps_lone_h100.csv")
     sms: dict = {}
-    for r in csv.DictReader(open(path)):
-        sms.setdefault((r["case"], r["rep"]), []).append(int(r["sm"]))
+    for name in ("fa2_stamps_lone_h100.csv", "fa2_stamps_lone_d128_h200.csv"):
+        path = os.path.join(os.path.dirname(__file__), "..", "experiments", "results", name)
+        for r in csv.DictReader(open(path)):
+            sms.setdefault((r["case"], r["rep"]), []).append(int(r["sm"]))
+    assert {case for case, _ in sms} == {f"lone_{fa2_stamps.case_name(c)}" for c in fa2_stamps.LONE_CASES}
     assert len(sms) == 3 * len(fa2_stamps.LONE_CASES)
     for key, got in sms.items():
         assert len(got) == len(set(got)) == fa2_stamps.LONE_CTAS, key

@@ -63,3 +63,15 @@ def test_profile_from_a_path(tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text((profiles_dir() / "h100.toml").read_text().replace('name = "h100"', 'name = "mine"'))
     assert load_profile(str(path)).name == "mine"
+
+
+@pytest.mark.parametrize("offsets, says", [([1.0, 2.0], "one per SM"), (["x"] * 132, "list of numbers"),
+                                           ([1e9] * 132, "impossible"), (3.0, "list of numbers")])
+def test_sm_latency_offsets_are_a_number_per_sm_or_none(offsets, says):
+    data = _h100_data()
+    data["l2"]["sm_latency_offsets_cycles"] = offsets
+    with pytest.raises(ProfileError, match=says) as e:
+        parse_profile(data, "bad.toml")
+    assert "\n" not in str(e.value)
+    data["l2"]["sm_latency_offsets_cycles"] = [0.5] * 132
+    assert parse_profile(data, "ok.toml").l2.sm_latency_offsets_cycles == (0.5,) * 132

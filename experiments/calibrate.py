@@ -13,6 +13,8 @@
     as a cross-check);
   * L2 read bandwidth against working-set size, 1 MB ... 1 GB (a persistent Triton kernel
     re-reading a buffer with ld.global.cg, so L1 is bypassed): the plateau and the knee;
+    and with every SM reading the same lines at once, or a few blocks apart (l2_shared):
+    what the L2 request coalescer's merged lookups do to the rate;
   * tensor-core throughput: a Triton tl.dot loop on operands held on chip (wgmma; bf16,
     fp16, fp8 e4m3) and a CUDA C mma.sync.aligned.m16n8k16 loop (bf16, fp16) and
     m16n8k32 (e4m3) with independent accumulators;
@@ -22,7 +24,8 @@
     same chase through the TMA unit (cp.async.bulk 16 B into SMEM completing on an
     mbarrier): the TMA's extra latency is the difference;
   * the same plain chase while 16-528 other CTAs stream reads from HBM or from L2
-    (loaded_latency): how much later a load lands when the memory is busy;
+    (loaded_latency): how much later a load lands when the memory is busy; and from
+    every SM at once, per SM (latency_per_sm): SMs nearer to L2 and farther from it;
   * cp.async tile copies into a 1-4 deep SMEM ring in Triton's loop order (cp_async): a
     copy's latency and the rate a CTA fills its SMEM at, one CTA alone and every SM busy;
   * launch cost: do_bench of an empty kernel (the fixed cost of every kernel timed the

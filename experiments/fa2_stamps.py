@@ -285,7 +285,7 @@ def predicted_phases(case, profile: str):
 # Set beside the SASS (the loop's stall clocks) and the products, on the CPU.
 # Session 28 added D = 128's 8-warp configs (one CTA an SM in the sweep too:
 # alone, their K/V tiles have L2 to themselves).
-LONE_CASES = [c for c in CASES if not c[2] and c[0] == 16384 and (c[1] == 64 or c[5] == 8)]
+LONE_CASES = [c for c in CASES if not c[2] and c[0] == 16384 and ((c[1] == 64 and c[6] == 3) or c[5] == 8)]
 LONE_CTAS = 128
 
 

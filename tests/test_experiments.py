@@ -170,3 +170,13 @@ def test_fingerprints_compare_runs(tmp_path, capsys, monkeypatch):
     assert fingerprints.main(["--out", str(second), "--compare", str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("fingerprints: cannot read")
+
+
+def test_clock_after_load_needs_a_gpu(capsys):
+    import torch
+
+    from experiments import clock_after_load
+    if torch.cuda.is_available():
+        pytest.skip("has a GPU: run it there")
+    assert clock_after_load.main(["--out", "/nonexistent/x.csv"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err

@@ -346,6 +346,9 @@ class Engine:
         # where the H200 took 303 (fa2_stamps.py lone), as the H100's first
         # wave did (378 us) before its CTAs drifted apart (295 us from the
         # third wave on). A part of the GPU (slices) takes every slices-th SM's.
+        # The shipped profiles leave them out ([]): with them the fast path
+        # parted from the full simulation by up to 8% (validation_notes.md,
+        # session 28).
         offsets = gpu.l2.sm_latency_offsets_cycles
         if offsets:
             for sm in self.sms:

@@ -10,8 +10,8 @@ misses and every store goes straight to HBM.
 L2 and HBM bandwidth are SharedServers (processor sharing among the requests
 in flight from all SMs); each SM also has its own port to L2, served in
 order. Latencies add after the bandwidth wait; an SM's own round trip to L2
-(l2.sm_latency_offsets_cycles: 278-302 cycles across the SMs of an H200)
-adds to both L2's and HBM's.
+(l2.sm_latency_offsets_cycles: 275-308 cycles across the SMs of an H100;
+[] in the shipped profiles) adds to both L2's and HBM's.
 """
 from __future__ import annotations
 

@@ -1770,6 +1770,14 @@ def _chase_chain(torch, ws_bytes: int, seed: int):
     return arr, int(perm[0].item()) * 32, lines
 
 
+def _as_cupy_u32(arr):
+    """A chain from _chase_chain as the uint32 CuPy array the CUDA chases take
+    (a view of the torch buffer, which it keeps alive)."""
+    import cupy
+    ptr = cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(arr.data_ptr(), arr.numel() * 4, arr), 0)
+    return cupy.ndarray((arr.numel(),), dtype=cupy.uint32, memptr=ptr)
+
+
 def bench_latency(r: Runner, mod):
     import cupy
     import numpy as np
@@ -1780,8 +1788,7 @@ def bench_latency(r: Runner, mod):
     rng = np.random.default_rng(7)
     for regime, ws in (("l2", 4 << 20), ("dram", 1 << 30)):
         arr, start, lines = _chase_chain(torch, ws, 1 if regime == "l2" else 2)
-        ptr = cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(arr.data_ptr(), arr.numel() * 4, arr), 0)
-        carr = cupy.ndarray((arr.numel(),), dtype=cupy.uint32, memptr=ptr)
+        carr = _as_cupy_u32(arr)
         warm = lines if regime == "l2" else 64  # l2: touch every line first; dram: only a few
         res = {}
         for kind in ("plain", "tma"):
@@ -1833,8 +1840,7 @@ def bench_latency_per_sm(r: Runner, mod):
         j = nxt[j]
     blocks = r.sms
     starts = cupy.asarray((order[np.arange(blocks) * (lines // blocks)] * 32).astype(np.uint32))
-    ptr = cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(arr.data_ptr(), arr.numel() * 4, arr), 0)
-    carr = cupy.ndarray((arr.numel(),), dtype=cupy.uint32, memptr=ptr)
+    carr = _as_cupy_u32(arr)
     out = cupy.zeros(3 * blocks, dtype=cupy.uint64)
     k = mod.get_function("chase_per_sm")
     per_sm: dict = {}
@@ -1882,8 +1888,7 @@ def bench_loaded_latency(r: Runner, K, mod):
     bg_stream, chase_stream = torch.cuda.Stream(), torch.cuda.Stream()
     for regime, ws_chase, ws_bg in (("dram", 1 << 30, 2 << 30), ("l2", 4 << 20, 16 << 20)):
         arr, start, lines = _chase_chain(torch, ws_chase, 3 if regime == "dram" else 4)
-        ptr = cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(arr.data_ptr(), arr.numel() * 4, arr), 0)
-        carr = cupy.ndarray((arr.numel(),), dtype=cupy.uint32, memptr=ptr)
+        carr = _as_cupy_u32(arr)
         big = torch.randn(ws_bg // 4, device="cuda", dtype=torch.float32)
         nblocks = ws_bg // (BLOCK * 4)
         warm = lines if regime == "l2" else 64

@@ -122,12 +122,24 @@ def _gpu_provenance(command: str) -> dict | None:
     return provenance(" ".join(["python experiments/fa2_stamps.py"] + sys.argv[1:]))
 
 
+def _stamped_inputs(problem: AttentionProblem, cfg: TileConfig):
+    """Random q, k, v for `problem` and the int64 stamps tensor its fa2 launch fills (a row a CTA)."""
+    import torch
+
+    from algorithms.problem import cdiv
+    from kernels import fa2
+    from kernels.common import make_inputs
+
+    q, k, v = make_inputs(problem.batch, problem.heads, problem.seqlen_q, problem.head_dim)
+    ctas = cdiv(problem.seqlen_q, cfg.block_m) * problem.batch * problem.heads
+    return q, k, v, torch.zeros(ctas, fa2.STAMP_SLOTS, dtype=torch.int64, device="cuda")
+
+
 def cmd_measure(args) -> int:
     import torch
     import triton
 
     from kernels import fa2
-    from kernels.common import make_inputs
     from kernels.provenance import write_csv_atomic
 
     prov = _gpu_provenance("measure")
@@ -136,9 +148,8 @@ def cmd_measure(args) -> int:
     rows = []
     for case in selected(args.cases):
         problem, cfg = problem_config(case)
-        q, k, v = make_inputs(problem.batch, problem.heads, problem.seqlen_q, problem.head_dim)
-        ctas = -(-problem.seqlen_q // cfg.block_m) * problem.batch * problem.heads
-        stamps = torch.zeros(ctas, fa2.STAMP_SLOTS, dtype=torch.int64, device="cuda")
+        q, k, v, stamps = _stamped_inputs(problem, cfg)
+        ctas = len(stamps)
         plain = triton.testing.do_bench(lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg))
         stamped = triton.testing.do_bench(
             lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg, stamps=stamps))
@@ -170,7 +181,6 @@ def cmd_warmth(args) -> int:
     import torch
 
     from kernels import fa2
-    from kernels.common import make_inputs
     from kernels.provenance import write_csv_atomic
 
     prov = _gpu_provenance("warmth")
@@ -182,9 +192,7 @@ def cmd_warmth(args) -> int:
         problem, cfg = problem_config(case)
         problem = AttentionProblem(batch=1, heads=WARMTH_HEADS, seqlen_q=problem.seqlen_q,
                                    head_dim=problem.head_dim, causal=problem.causal)
-        q, k, v = make_inputs(1, WARMTH_HEADS, problem.seqlen_q, problem.head_dim)
-        ctas = -(-problem.seqlen_q // cfg.block_m) * WARMTH_HEADS
-        stamps = torch.zeros(ctas, fa2.STAMP_SLOTS, dtype=torch.int64, device="cuda")
+        q, k, v, stamps = _stamped_inputs(problem, cfg)
         for rep in range(3):
             for warm in (False, True):
                 if not warm:
@@ -299,7 +307,6 @@ def cmd_lone(args) -> int:
     import torch
 
     from kernels import fa2
-    from kernels.common import make_inputs
     from kernels.provenance import write_csv_atomic
 
     prov = _gpu_provenance("lone")
@@ -308,14 +315,12 @@ def cmd_lone(args) -> int:
     rows = []
     for case in lone_selected(args.cases):
         problem, cfg = lone_problem(case)
-        q, k, v = make_inputs(1, 1, problem.seqlen_q, problem.head_dim)
-        stamps = torch.zeros(LONE_CTAS, fa2.STAMP_SLOTS, dtype=torch.int64, device="cuda")
+        q, k, v, stamps = _stamped_inputs(problem, cfg)
         steps = problem.seqlen_kv // cfg.block_n
         for rep in range(3):
             fa2.forward(q, k, v, causal=False, config=cfg, stamps=stamps)
             torch.cuda.synchronize()
-            made = stamp_rows(stamps, prov, case=f"lone_{case_name(case)}", rep=rep, steps=steps)
-            rows += made
+            rows += stamp_rows(stamps, prov, case=f"lone_{case_name(case)}", rep=rep, steps=steps)
         last = rows[-LONE_CTAS:]
         loop_ns = statistics.median(r["looped_ns"] - r["start_ns"] for r in last)
         mhz = statistics.median(r["clock_mhz"] for r in last)

@@ -53,3 +53,23 @@ def fa2_launch(spec: str, shape: dict) -> None:
     for _ in range(2):
         fa2.forward(q, k, v, causal=bool(causal), config=cfg)
         torch.cuda.synchronize()
+
+
+def fa2_counter_rows(script: str, configs, shape: dict, metrics: list[str], command: str, units: bool):
+    """Yields a row a config of `configs` ((block_m, block_n, warps, stages,
+    causal) each): its counters under ncu, from the second launch of _fa2_fwd
+    that `script --target` makes (fa2_launch; the first compiles), beside the
+    config, the shape and the provenance. units: each metric's unit as a
+    column of its own (`<metric>.unit`)."""
+    from kernels.provenance import provenance
+
+    for bm, bn, w, s, causal in configs:
+        got = second_launch(script, fa2_spec(bm, bn, w, s, causal), "_fa2_fwd", metrics)
+        row = {"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": s, **shape, "causal": causal}
+        for m in metrics:
+            value, unit = got.get(m, ("", ""))
+            row[m] = value
+            if units:
+                row[m + ".unit"] = unit
+        row.update(provenance(command=command))
+        yield row

@@ -24,8 +24,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from experiments.ncu_counters import fa2_launch, fa2_spec, second_launch  # noqa: E402
-from kernels.provenance import provenance, write_csv_atomic  # noqa: E402
+from experiments.ncu_counters import fa2_counter_rows, fa2_launch  # noqa: E402
+from kernels.provenance import write_csv_atomic  # noqa: E402
 
 # the measured sweep's shape at N = 16384, D = 64 (16k tokens, hidden 2048)
 SHAPE = dict(batch=1, heads=32, seqlen=16384, head_dim=64)
@@ -77,15 +77,8 @@ def main(argv=None) -> int:
         return 2
     print(f"{len(wanted)} metrics: {', '.join(wanted)}", flush=True)
     rows = []
-    command = "PYTHONPATH=. python3 experiments/pipe_counters.py"
-    for bm, bn, w, s, causal in CONFIGS:
-        spec = fa2_spec(bm, bn, w, s, causal)
-        # the second launch of _fa2_fwd is the measured one (the first compiles)
-        got = second_launch(os.path.abspath(__file__), spec, "_fa2_fwd", wanted)
-        row = {"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": s, **SHAPE, "causal": causal}
-        for m in wanted:
-            row[m] = got.get(m, ("", ""))[0]
-        row.update(provenance(command=command))
+    for row in fa2_counter_rows(os.path.abspath(__file__), CONFIGS, SHAPE, wanted,
+                                "PYTHONPATH=. python3 experiments/pipe_counters.py", units=False):
         rows.append(row)
         print({k: v for k, v in row.items() if k in wanted[:8] or k == "block_n"}, flush=True)
     write_csv_atomic(a.out, rows, list(rows[0]))

@@ -16,8 +16,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from experiments.ncu_counters import fa2_launch, fa2_spec, second_launch  # noqa: E402
-from kernels.provenance import provenance, write_csv_atomic  # noqa: E402
+from experiments.ncu_counters import fa2_counter_rows, fa2_launch  # noqa: E402
+from kernels.provenance import write_csv_atomic  # noqa: E402
 
 SHAPE = dict(batch=4, heads=16, seqlen=4096, head_dim=128)
 # (block_m, block_n, warps, stages, causal): 128x64 w4 at 2-4 stages, causal and not, is where
@@ -38,14 +38,8 @@ def main(argv=None) -> int:
         fa2_launch(a.target, SHAPE)
         return 0
     rows = []
-    for bm, bn, w, s, causal in CONFIGS:
-        spec = fa2_spec(bm, bn, w, s, causal)
-        # the second launch of _fa2_fwd is the measured one (the first compiles)
-        got = second_launch(os.path.abspath(__file__), spec, "_fa2_fwd", METRICS)
-        row = {"block_m": bm, "block_n": bn, "num_warps": w, "num_stages": s, **SHAPE, "causal": causal}
-        for m in METRICS:
-            row[m], row[m + ".unit"] = got.get(m, ("", ""))
-        row.update(provenance(command="PYTHONPATH=. python3 experiments/spill_counters.py"))
+    for row in fa2_counter_rows(os.path.abspath(__file__), CONFIGS, SHAPE, METRICS,
+                                "PYTHONPATH=. python3 experiments/spill_counters.py", units=True):
         rows.append(row)
         print(row, flush=True)
     write_csv_atomic(a.out, rows, list(rows[0]))

@@ -47,3 +47,24 @@ def test_committed_rows_cover_every_config_at_a_plausible_clock():
         cycles = float(r["sm__cycles_active.avg"].replace(",", ""))
         ns = float(r["gpu__time_duration.sum"].replace(",", ""))
         assert cycles / mhz * 1e3 <= ns * 1.05, r
+
+
+def test_fa2_counter_rows_name_each_config_its_counters_and_units(monkeypatch):
+    """The loop spill_counters.py and pipe_counters.py share: one ncu run a
+    config (its --target spec), the counters read, a missing one left blank."""
+    from experiments import ncu_counters
+    asked = []
+
+    def fake(script, target, kernel, metrics):
+        asked.append((target, kernel))
+        return {"a.sum": ("12", "byte")}
+    monkeypatch.setattr(ncu_counters, "second_launch", fake)
+    shape = dict(batch=1, heads=2, seqlen=128, head_dim=64)
+    rows = list(ncu_counters.fa2_counter_rows("x.py", [(128, 64, 8, 3, 0), (64, 32, 4, 2, 1)], shape,
+                                              ["a.sum", "b.pct"], "cmd", units=True))
+    assert asked == [("128x64x8x3x0", "_fa2_fwd"), ("64x32x4x2x1", "_fa2_fwd")]
+    assert rows[1]["block_m"] == 64 and rows[1]["causal"] == 1 and rows[1]["heads"] == 2
+    assert (rows[0]["a.sum"], rows[0]["a.sum.unit"], rows[0]["b.pct"], rows[0]["b.pct.unit"]) == ("12", "byte", "", "")
+    assert rows[0]["command"] == "cmd"
+    plain = next(ncu_counters.fa2_counter_rows("x.py", [(128, 64, 8, 3, 0)], shape, ["a.sum"], "cmd", units=False))
+    assert plain["a.sum"] == "12" and "a.sum.unit" not in plain

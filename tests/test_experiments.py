@@ -180,3 +180,16 @@ def test_clock_after_load_needs_a_gpu(capsys):
         pytest.skip("has a GPU: run it there")
     assert clock_after_load.main(["--out", "/nonexistent/x.csv"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_clock_power_refuses_bad_input_and_no_gpu(capsys):
+    import torch
+
+    from experiments import clock_power
+    assert clock_power.main(["--only", "everything"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["clock_power: --only takes micro and/or attention, got 'everything'"]
+    if torch.cuda.is_available():
+        pytest.skip("has a GPU: run it there")
+    assert clock_power.main(["--out", "/nonexistent/x.csv"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err

@@ -1,0 +1,307 @@
+"""At which SM clock, and drawing how much power, does each kind of work run?
+
+The H100 lowers its SM clock when a kernel draws too much power: calibrate.py's
+tl.dot loop read 1647 MHz in the kernel, its exp2 loop 2079, and the stamped fa2
+kernels 1694-1844 MHz by config (validation_notes.md, sessions 17 and 28), while
+the profiles take one clock. This script reads NVML on a thread every
+SAMPLE_S -- the SM clock, the board's power, and whether the power cap is what
+holds the clock down (clock event reasons) -- while each case runs:
+
+- microbenchmarks (`micro`): idle; a tl.dot loop (bf16, fp8) on all SMs and on
+  a quarter, half and three quarters of them (one CTA an SM); HBM copy and
+  read; an L2-resident read; an exp2 loop; cuBLAS's bf16 8192^3 product. Each
+  runs back to back for SUSTAIN_S and its throughput is timed with events.
+  These may calibrate a clock model later.
+- attention kernels (`attention`): default configs at 16k tokens, each run
+  (1) back to back for SUSTAIN_S and (2) as `validate.py measure` times a row
+  (do_bench, 10 ms warm-up, 40 ms or 8 calls, inputs alternated). They
+  validate; nothing here is fitted to them.
+
+The clock and power of a case are the medians of its samples after SETTLE_S
+(the controller moves the clock over milliseconds to tens of milliseconds).
+
+    GPU:  PYTHONPATH=. python3 experiments/clock_power.py --out $OUT/clock_power_h100.csv
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SAMPLE_S = 0.002     # NVML read period
+SUSTAIN_S = 1.2      # back-to-back run of each case
+SETTLE_S = 0.3       # samples before this are left out of a sustained case
+IDLE_GAP_S = 0.5     # idle between cases, so each starts from a cool clock
+DOT_ITERS = 65536    # per CTA, for the one-CTA-an-SM tl.dot runs (~40 ms a launch)
+# NVML's clock event reasons (nvml.h, nvmlClocksEventReason*): the bits that say the power cap holds the clock
+SW_POWER_CAP = 0x4
+HW_POWER_BRAKE = 0x80
+FIELDS = ("kind", "case", "mode", "clock_mhz", "clock_p10", "clock_p90", "power_w", "power_cap_share",
+          "samples", "seconds", "throughput", "unit", "detail",
+          "gpu", "driver", "power_limit_w", "git_commit", "date", "command")
+
+# (label, algo module, dtype, head_dim, seqlen, causal, (block_m, block_n, warps, stages) or None)
+ATTENTION = [
+    ("fa2 D64 N4096", "fa2", "bf16", 64, 4096, False, None),
+    ("fa2 D128 N4096", "fa2", "bf16", 128, 4096, False, None),
+    ("fa2 D128 N4096 causal", "fa2", "bf16", 128, 4096, True, None),
+    ("fa2 D64 N16384 64x128w4s2", "fa2", "bf16", 64, 16384, False, (64, 128, 4, 2)),
+    ("fa2 D64 N16384 64x128w4s3", "fa2", "bf16", 64, 16384, False, (64, 128, 4, 3)),
+    ("fa2 D64 N16384 128x64w8s4 causal", "fa2", "bf16", 64, 16384, True, (128, 64, 8, 4)),
+    ("fa2 D64 N16384 64x128w4s3 causal", "fa2", "bf16", 64, 16384, True, (64, 128, 4, 3)),
+    ("fa3_triton bf16 D64 N4096", "fa3", "bf16", 64, 4096, False, None),
+    ("fa3_triton bf16 D128 N4096", "fa3", "bf16", 128, 4096, False, None),
+    ("fa3_triton fp8 D64 N4096", "fa3", "fp8", 64, 4096, False, None),
+    ("fa3_triton fp8 D128 N4096", "fa3", "fp8", 128, 4096, False, None),
+    ("fa3_triton fp8 D64 N16384 causal", "fa3", "fp8", 64, 16384, True, None),
+    ("fa3 gluon D128 N4096", "fa3_gluon", "bf16", 128, 4096, False, None),
+    ("fa3 gluon D64 N4096", "fa3_gluon", "bf16", 64, 4096, False, None),
+    ("standard D128 N4096", "standard", "bf16", 128, 4096, False, None),
+    ("fa1 D64 N4096", "fa1", "bf16", 64, 4096, False, None),
+]
+
+
+class Sampler:
+    """NVML on a thread: (t, SM MHz, board W, clock event reasons) every SAMPLE_S."""
+
+    def __init__(self):
+        import pynvml
+        pynvml.nvmlInit()
+        self.nv = pynvml
+        self.h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.samples: list[tuple] = []
+        self._stop = threading.Event()
+        reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        self._reasons = reasons
+
+    def _loop(self):
+        nv, h = self.nv, self.h
+        while not self._stop.is_set():
+            try:
+                self.samples.append((time.perf_counter(), nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+                                     nv.nvmlDeviceGetPowerUsage(h) / 1e3, self._reasons(h)))
+            except Exception:
+                pass
+            time.sleep(SAMPLE_S)
+
+    def start(self):
+        self._t = threading.Thread(target=self._loop, daemon=True)
+        self._t.start()
+
+    def stop(self):
+        self._stop.set()
+        self._t.join()
+
+    def window(self, t0: float, t1: float) -> dict:
+        got = [s for s in self.samples if t0 <= s[0] <= t1]
+        if not got:
+            return {"clock_mhz": "", "clock_p10": "", "clock_p90": "", "power_w": "", "power_cap_share": "",
+                    "samples": 0}
+        clocks = sorted(s[1] for s in got)
+        capped = sum(1 for s in got if s[3] & (SW_POWER_CAP | HW_POWER_BRAKE))
+        return {"clock_mhz": statistics.median(clocks), "clock_p10": clocks[len(clocks) // 10],
+                "clock_p90": clocks[(9 * len(clocks)) // 10],
+                "power_w": round(statistics.median(s[2] for s in got), 1),
+                "power_cap_share": round(capped / len(got), 3), "samples": len(got)}
+
+
+def sustained(torch, fn, seconds: float = SUSTAIN_S):
+    """Run fn back to back for `seconds` (the host waits for the GPU every few
+    launches, so the queue stays short); returns (t_settled, t_end, launches
+    timed after settling, their GPU ms)."""
+    fn()
+    torch.cuda.synchronize()
+    t_start = time.perf_counter()
+    t_settled = t_start + SETTLE_S
+    launches, ev0 = 0, None
+    while True:
+        now = time.perf_counter()
+        if now >= t_start + seconds:
+            break
+        if ev0 is None and now >= t_settled:
+            torch.cuda.synchronize()
+            t_settled = time.perf_counter()
+            ev0 = torch.cuda.Event(enable_timing=True)
+            ev0.record()
+        fn()
+        if ev0 is not None:
+            launches += 1
+        if launches % 4 == 0:
+            torch.cuda.synchronize()
+    ev1 = torch.cuda.Event(enable_timing=True)
+    ev1.record()
+    ev1.synchronize()
+    t_end = time.perf_counter()
+    return t_settled, t_end, launches, ev0.elapsed_time(ev1) if ev0 is not None else float("nan")
+
+
+def micro_cases(torch, sms: int):
+    """(label, fn, work per launch, unit, detail) of the microbenchmarks."""
+    from experiments.calibrate import DOT_SHAPES, DOT_WARPS, triton_kernels
+
+    K = triton_kernels()
+    cases = []
+    for dt, tdt in (("bf16", torch.bfloat16), ("fp8", torch.float8_e4m3fn)):
+        bm, bn, bk = DOT_SHAPES[dt]
+        a = (torch.randn(bm, bk, device="cuda") * 0.1).to(tdt)
+        b = (torch.randn(bk, bn, device="cuda") * 0.1).to(tdt)
+        c = torch.empty(sms * bm * bn, device="cuda", dtype=torch.float32)
+        clk = torch.zeros(sms * 4, device="cuda", dtype=torch.int64)
+        shares = (0.25, 0.5, 0.75, 1.0) if dt == "bf16" else (0.5, 1.0)
+        for share in shares:
+            grid = max(1, round(share * sms))
+            iters = DOT_ITERS if dt == "bf16" else DOT_ITERS * 2
+
+            def fn(grid=grid, iters=iters, a=a, b=b, c=c, clk=clk, bm=bm, bn=bn, bk=bk):
+                K["dot_shape"][(grid,)](a, b, c, iters, clk, BM=bm, BN=bn, BK=bk, A_IN_REGS=False,
+                                        CLOCKED=False, num_warps=DOT_WARPS, num_stages=1)
+            cases.append((f"tl.dot {dt} {grid} SMs", fn, 2.0 * bm * bn * bk * iters * grid / 1e12, "TFLOP/s",
+                          f"tl.dot loop {bm}x{bn}x{bk}, {DOT_WARPS} warps, operands on chip, one CTA on each "
+                          f"of {grid} SMs, {iters} iterations"))
+    n = (1 << 31) // 4
+    x = torch.randn(n, device="cuda", dtype=torch.float32)
+    y = torch.empty_like(x)
+    block = 8192
+    part = torch.empty(n // block, device="cuda", dtype=torch.float32)
+    cases.append(("hbm copy", lambda: K["hbm_copy"][(n // block,)](x, y, BLOCK=block, num_warps=8),
+                  2 * n * 4 / 1e9, "GB/s", "2 GiB fp32 read and written"))
+    cases.append(("hbm read", lambda: K["hbm_read"][(n // block,)](x, part, BLOCK=block, num_warps=8),
+                  n * 4 / 1e9, "GB/s", "2 GiB fp32 read"))
+    l2_block, unroll, grid = 2048, 4, sms * 4
+    ws_blocks = (16 << 20) // (l2_block * 4)
+    steps = 2048
+    out = torch.empty(grid * l2_block, device="cuda", dtype=torch.float32)
+    cases.append(("l2 read 16MB", lambda: K["l2_read"][(grid,)](x, out, ws_blocks, steps, BLOCK=l2_block,
+                                                                  UNROLL=unroll, num_warps=8),
+                  steps * grid * unroll * l2_block * 4 / 1e9, "GB/s",
+                  f"16 MB working set re-read by {grid} CTAs, ld.global.cg"))
+    e_grid, e_iters = sms * 16, 8192
+    e_out = torch.empty(e_grid * 1024, device="cuda", dtype=torch.float32)
+    cases.append(("exp2 loop", lambda: K["exp2_loop"][(e_grid,)](e_out, e_iters, BLOCK=1024, num_warps=4),
+                  e_grid * 1024 * e_iters / 1e9, "Gexp2/s", f"dependent exp2 chain, {e_grid} CTAs of 1024"))
+    ma = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    mb = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    cases.append(("cuBLAS bf16 8192^3", lambda: ma @ mb, 2.0 * 8192 ** 3 / 1e12, "TFLOP/s",
+                  "torch.matmul, random N(0,1) bf16"))
+    return cases
+
+
+def attention_case(torch, case):
+    """(fn, problem flops) for an attention row, inputs alternated as validate.py does."""
+    from algorithms.defaults import default_config
+    from algorithms.problem import AttentionProblem, TileConfig
+    from experiments.validate import _call, _quant
+
+    label, algo, dtype, d, n, causal, cfg = case
+    b, h = 16384 // n, 2048 // d
+    problem = AttentionProblem(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=causal, dtype=dtype)
+    # (the gluon kernel picks its own default config, as kernels.bench runs it)
+    config = TileConfig(*cfg) if cfg else None if algo == "fa3_gluon" else default_config(algo, problem)
+    inputs = [tuple(torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+              for _ in range(2)]
+    quant = [_quant(*x, config) for x in inputs] if dtype == "fp8" else [None, None]
+    state = {"i": 0}
+
+    def fn():
+        state["i"] ^= 1
+        return _call(algo, dtype, *inputs[state["i"]], causal, config, quant[state["i"]])
+    return fn, problem.reference_flops() / 1e12, config
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="experiments/results/clock_power_h100.csv")
+    ap.add_argument("--only", default="micro,attention", help="micro, attention or both (comma-separated)")
+    args = ap.parse_args(argv)
+    kinds = set(args.only.split(","))
+    if not kinds <= {"micro", "attention"}:
+        print(f"clock_power: --only takes micro and/or attention, got {args.only!r}", file=sys.stderr)
+        return 2
+    import torch
+    if not torch.cuda.is_available():
+        print("clock_power: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    import triton
+
+    from kernels.provenance import provenance, write_csv_atomic
+
+    prov = provenance(" ".join(["python experiments/clock_power.py"] + sys.argv[1:] if argv is None
+                               else ["python experiments/clock_power.py", *argv]))
+    sampler = Sampler()
+    try:
+        limit_w = sampler.nv.nvmlDeviceGetEnforcedPowerLimit(sampler.h) / 1e3
+    except Exception:
+        limit_w = ""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    common = {k: prov.get(k, "") for k in ("gpu", "driver", "git_commit", "date", "command")}
+    common["power_limit_w"] = limit_w
+    rows = []
+    sampler.start()
+
+    def add(kind, label, mode, window, seconds, throughput="", unit="", detail=""):
+        row = {"kind": kind, "case": label, "mode": mode, **window, "seconds": round(seconds, 3),
+               "throughput": throughput, "unit": unit, "detail": detail, **common}
+        rows.append(row)
+        print(f"{kind:<9} {label:<36} {mode:<9} {row['clock_mhz']!s:>6} MHz ({row['clock_p10']}-{row['clock_p90']})"
+              f" {row['power_w']!s:>6} W cap {row['power_cap_share']!s:>5} {throughput!s:>9} {unit}", flush=True)
+        write_csv_atomic(args.out, rows, FIELDS)
+
+    try:
+        time.sleep(IDLE_GAP_S)
+        t0 = time.perf_counter()
+        time.sleep(SUSTAIN_S)
+        add("micro", "idle", "sustained", sampler.window(t0 + SETTLE_S, time.perf_counter()), SUSTAIN_S)
+        if "micro" in kinds:
+            for label, fn, work, unit, detail in micro_cases(torch, sms):
+                time.sleep(IDLE_GAP_S)
+                ts, te, launches, ms = sustained(torch, fn)
+                rate = round(work * launches / (ms * 1e-3), 1) if launches else ""
+                add("micro", label, "sustained", sampler.window(ts, te), te - ts, rate, unit,
+                    f"{detail}; {launches} launches in {ms:.0f} ms after {SETTLE_S} s")
+                torch.cuda.empty_cache()
+        if "attention" in kinds:
+            for case in ATTENTION:
+                try:
+                    fn, tflop, config = attention_case(torch, case)
+                except Exception as e:      # (one case that cannot run leaves the rest)
+                    print(f"clock_power: {case[0]}: {type(e).__name__}: {e}", file=sys.stderr)
+                    continue
+                cfg = ("the kernel's default" if config is None else
+                       f"{config.block_m}x{config.block_n}x{config.num_warps}x{config.num_stages}")
+                fn()
+                torch.cuda.synchronize()
+                time.sleep(IDLE_GAP_S)
+                # as validate.py measure times a row: do_bench, 10 ms warm-up, 40 ms or 8 calls
+                ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                ev0.record()
+                fn()
+                ev1.record()
+                ev1.synchronize()
+                rep = min(max(40.0, 8 * ev0.elapsed_time(ev1)), 2000)
+                t0 = time.perf_counter()
+                ms = triton.testing.do_bench(fn, warmup=10, rep=rep, return_mode="median")
+                t1 = time.perf_counter()
+                add("attention", case[0], "do_bench", sampler.window(t0, t1), t1 - t0,
+                    round(tflop / (ms * 1e-3), 1), "TFLOP/s", f"config {cfg}; do_bench median {ms:.4g} ms")
+                time.sleep(IDLE_GAP_S)
+                ts, te, launches, ms = sustained(torch, fn)
+                add("attention", case[0], "sustained", sampler.window(ts, te), te - ts,
+                    round(tflop * launches / (ms * 1e-3), 1) if launches else "", "TFLOP/s",
+                    f"config {cfg}; {launches} launches in {ms:.0f} ms after {SETTLE_S} s")
+                del fn
+                torch.cuda.empty_cache()
+    finally:
+        sampler.stop()
+    write_csv_atomic(args.out, rows, FIELDS)
+    print(f"wrote {args.out}: {len(rows)} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,9 +3,9 @@
 The H100 lowers its SM clock when a kernel draws too much power: calibrate.py's
 tl.dot loop read 1647 MHz in the kernel, its exp2 loop 2079, and the stamped fa2
 kernels 1694-1844 MHz by config (validation_notes.md, sessions 17 and 28), while
-the profiles take one clock. This script reads NVML on a thread every
-SAMPLE_S -- the SM clock, the board's power, and whether the power cap is what
-holds the clock down (clock event reasons) -- while each case runs:
+the profiles take one clock. This script reads NVML on a thread -- the SM
+clock, the board's power, and whether the power cap is what holds the clock
+down (clock event reasons; kernels/gpu_monitor.py) -- while each case runs:
 
 - microbenchmarks (`micro`): idle; a tl.dot loop (bf16, fp8) on all SMs and on
   a quarter, half and three quarters of them (one CTA an SM); HBM copy and
@@ -26,21 +26,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-SAMPLE_S = 0.002     # NVML read period
 SUSTAIN_S = 1.2      # back-to-back run of each case
 SETTLE_S = 0.3       # samples before this are left out of a sustained case
 IDLE_GAP_S = 0.5     # idle between cases, so each starts from a cool clock
 DOT_ITERS = 65536    # per CTA, for the one-CTA-an-SM tl.dot runs (~40 ms a launch)
-# NVML's clock event reasons (nvml.h, nvmlClocksEventReason*): the bits that say the power cap holds the clock
-SW_POWER_CAP = 0x4
-HW_POWER_BRAKE = 0x80
 FIELDS = ("kind", "case", "mode", "clock_mhz", "clock_p10", "clock_p90", "power_w", "power_cap_share",
           "samples", "seconds", "throughput", "unit", "detail",
           "gpu", "driver", "power_limit_w", "git_commit", "date", "command")
@@ -64,51 +58,6 @@ ATTENTION = [
     ("standard D128 N4096", "standard", "bf16", 128, 4096, False, None),
     ("fa1 D64 N4096", "fa1", "bf16", 64, 4096, False, None),
 ]
-
-
-class Sampler:
-    """NVML on a thread: (t, SM MHz, board W, clock event reasons) every SAMPLE_S."""
-
-    def __init__(self):
-        import pynvml
-        pynvml.nvmlInit()
-        self.nv = pynvml
-        self.h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        self.samples: list[tuple] = []
-        self._stop = threading.Event()
-        reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons")
-        self._reasons = reasons
-
-    def _loop(self):
-        nv, h = self.nv, self.h
-        while not self._stop.is_set():
-            try:
-                self.samples.append((time.perf_counter(), nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
-                                     nv.nvmlDeviceGetPowerUsage(h) / 1e3, self._reasons(h)))
-            except Exception:
-                pass
-            time.sleep(SAMPLE_S)
-
-    def start(self):
-        self._t = threading.Thread(target=self._loop, daemon=True)
-        self._t.start()
-
-    def stop(self):
-        self._stop.set()
-        self._t.join()
-
-    def window(self, t0: float, t1: float) -> dict:
-        got = [s for s in self.samples if t0 <= s[0] <= t1]
-        if not got:
-            return {"clock_mhz": "", "clock_p10": "", "clock_p90": "", "power_w": "", "power_cap_share": "",
-                    "samples": 0}
-        clocks = sorted(s[1] for s in got)
-        capped = sum(1 for s in got if s[3] & (SW_POWER_CAP | HW_POWER_BRAKE))
-        return {"clock_mhz": statistics.median(clocks), "clock_p10": clocks[len(clocks) // 10],
-                "clock_p90": clocks[(9 * len(clocks)) // 10],
-                "power_w": round(statistics.median(s[2] for s in got), 1),
-                "power_cap_share": round(capped / len(got), 3), "samples": len(got)}
 
 
 def sustained(torch, fn, seconds: float = SUSTAIN_S):
@@ -229,15 +178,16 @@ def main(argv=None) -> int:
         return 2
     import triton
 
+    from kernels.gpu_monitor import GpuMonitor
     from kernels.provenance import provenance, write_csv_atomic
 
     prov = provenance(" ".join(["python experiments/clock_power.py"] + sys.argv[1:] if argv is None
                                else ["python experiments/clock_power.py", *argv]))
-    sampler = Sampler()
-    try:
-        limit_w = sampler.nv.nvmlDeviceGetEnforcedPowerLimit(sampler.h) / 1e3
-    except Exception:
-        limit_w = ""
+    sampler = GpuMonitor.open()
+    if sampler is None:
+        print("clock_power: needs NVML (pynvml) to read the clock and power", file=sys.stderr)
+        return 2
+    limit_w = sampler.power_limit_w()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     common = {k: prov.get(k, "") for k in ("gpu", "driver", "git_commit", "date", "command")}
     common["power_limit_w"] = limit_w

@@ -41,6 +41,7 @@ if ROOT not in sys.path:
 
 from algorithms.errors import GpusimError, ResultsFileError  # noqa: E402
 from algorithms.problem import AttentionProblem, TileConfig  # noqa: E402
+from kernels.gpu_monitor import GpuMonitor  # noqa: E402
 from kernels.provenance import nvidia_smi, provenance, write_csv_atomic  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "experiments", "results")
@@ -65,7 +66,10 @@ PROV = ["gpu", "sm_clock_mhz", "driver", "torch", "triton", "git_commit", "date"
 COLUMNS = (["algo", "dtype", "batch", "heads", "kv_heads", "seqlen", "head_dim", "causal",
             "block_m", "block_n", "num_warps", "num_stages", "block_k", "consumer_warpgroups",
             "pingpong", "intra_wg_overlap", "mma", "default_config", "ms", "ms_p20", "ms_p80",
-            "tflops", "rel_err", "status", "error"] + PROV)
+            "tflops", "rel_err", "status", "error",
+            # NVML over the row's do_bench (kernels/gpu_monitor.py): the clock it ran at, the
+            # board's power, the share of samples the power cap held the clock (blank before session 29)
+            "run_clock_mhz", "run_power_w", "run_power_cap_share"] + PROV)
 # L2 reads at both ends of the crossbar: the sectors the L2 slices look up for
 # the SMs (lts__t_sectors_srcunit_tex_op_read) and the bytes the SMs receive
 # (l1tex__m_xbar2l1tex_read_bytes). They differ by what the L2 request
@@ -146,7 +150,8 @@ def _row(algo, p, cfg, is_default, prov):
          "block_k": cfg.block_k, "consumer_warpgroups": cfg.consumer_warpgroups,
          "pingpong": int(cfg.pingpong), "intra_wg_overlap": int(cfg.intra_wg_overlap), "mma": cfg.mma,
          "default_config": int(is_default), "ms": "", "ms_p20": "", "ms_p80": "", "tflops": "",
-         "rel_err": "", "status": "", "error": ""}
+         "rel_err": "", "status": "", "error": "", "run_clock_mhz": "", "run_power_w": "",
+         "run_power_cap_share": ""}
     r.update(prov)
     return r
 
@@ -227,6 +232,11 @@ def cmd_measure(args) -> int:
         precompile(cases, args.precompile_workers)
     rows, inputs_key, inputs, ref = [], None, None, None
     last_write = time.time()
+    monitor = GpuMonitor.open()
+    if monitor is None:
+        log("[validate] NVML unavailable: rows get no run_clock_mhz")
+    else:
+        monitor.start()
     gen = torch.Generator(device="cuda")
     for i, (algo, p, cfg, is_default) in enumerate(cases):
         if deadline and time.time() > deadline - args.margin_s:
@@ -269,8 +279,13 @@ def cmd_measure(args) -> int:
                 ev1.synchronize()
                 est = ev0.elapsed_time(ev1)
                 rep = min(max(args.rep_ms, 8 * est), 2000)
+                t_bench = time.perf_counter()
                 ms, p20, p80 = triton.testing.do_bench(fn, warmup=args.warmup_ms, rep=rep,
                                                        quantiles=[0.5, 0.2, 0.8])
+                if monitor is not None:
+                    w = monitor.window(t_bench, time.perf_counter())
+                    row.update(run_clock_mhz=w["clock_mhz"], run_power_w=w["power_w"],
+                               run_power_cap_share=w["power_cap_share"])
                 row.update(ms=f"{ms:.5g}", ms_p20=f"{p20:.5g}", ms_p80=f"{p80:.5g}",
                            tflops=f"{p.reference_flops() / (ms * 1e-3) / 1e12:.4g}", status="ok")
             del quant
@@ -289,6 +304,8 @@ def cmd_measure(args) -> int:
         if time.time() - last_write > 15:
             write_csv_atomic(args.out, rows, COLUMNS)
             last_write = time.time()
+    if monitor is not None:
+        monitor.stop()
     clock_end = nvidia_smi("clocks.sm")
     for r in rows:
         r["sm_clock_mhz"] = f"{r['sm_clock_mhz']}->{clock_end}" if clock_end else r["sm_clock_mhz"]

@@ -193,3 +193,23 @@ def test_clock_power_refuses_bad_input_and_no_gpu(capsys):
         pytest.skip("has a GPU: run it there")
     assert clock_power.main(["--out", "/nonexistent/x.csv"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_gpu_monitor_window_medians_and_cap_share():
+    from kernels.gpu_monitor import HW_POWER_BRAKE, SW_POWER_CAP, GpuMonitor
+
+    class FakeNvml:
+        @staticmethod
+        def nvmlDeviceGetCurrentClocksEventReasons(handle):
+            return 0
+
+    m = GpuMonitor(FakeNvml, handle=None)
+    # (t, MHz, W, reasons): the first sample falls before the window and is dropped
+    m.samples = [(0.5, 345, 70.0, 0), (1.0, 1980, 300.0, 0), (1.1, 1800, 650.0, SW_POWER_CAP),
+                 (1.2, 1650, 690.0, SW_POWER_CAP | 0x1), (1.3, 1980, 400.0, HW_POWER_BRAKE), (2.5, 1980, 80.0, 0)]
+    w = m.window(0.9, 1.35)
+    assert w["samples"] == 4 and w["clock_mhz"] == 1890 and w["power_w"] == 525.0
+    assert w["power_cap_share"] == 0.75
+    assert m.window(1.4, 2.0) == {"clock_mhz": "", "clock_p10": "", "clock_p90": "", "power_w": "",
+                                  "power_cap_share": "", "samples": 0}
+    assert [s[0] for s in m.samples] == [2.5]

@@ -16,6 +16,10 @@ down (clock event reasons; kernels/gpu_monitor.py) -- while each case runs:
   (1) back to back for SUSTAIN_S and (2) as `validate.py measure` times a row
   (do_bench, 10 ms warm-up, 40 ms or 8 calls, inputs alternated). They
   validate; nothing here is fitted to them.
+- stamped (`stamped`): does the clock the kernel counts (clock64 over the
+  global timer, median CTA of the last launch) agree with NVML's? The tl.dot
+  loop with calibrate.py's clock stamps, and fa2 launched with stamps=, in
+  both regimes.
 
 The clock and power of a case are the medians of its samples after SETTLE_S
 (the controller moves the clock over milliseconds to tens of milliseconds).
@@ -35,7 +39,7 @@ SUSTAIN_S = 1.2      # back-to-back run of each case
 SETTLE_S = 0.3       # samples before this are left out of a sustained case
 IDLE_GAP_S = 0.5     # idle between cases, so each starts from a cool clock
 DOT_ITERS = 65536    # per CTA, for the one-CTA-an-SM tl.dot runs (~40 ms a launch)
-FIELDS = ("kind", "case", "mode", "clock_mhz", "clock_p10", "clock_p90", "power_w", "power_cap_share",
+FIELDS = ("kind", "case", "mode", "clock_mhz", "kernel_clock_mhz", "clock_p10", "clock_p90", "power_w", "power_cap_share",
           "samples", "seconds", "throughput", "unit", "detail",
           "gpu", "driver", "power_limit_w", "git_commit", "date", "command")
 
@@ -141,6 +145,50 @@ def micro_cases(torch, sms: int):
     return cases
 
 
+# (label, seqlen, head_dim, causal, (block_m, block_n, warps, stages)): fa2 with stamps=, whose
+# CTAs read clock64 and the global timer (kernels/fa2.py), beside NVML
+STAMPED_FA2 = [("fa2 D64 N512 64x64w4s3 stamped", 512, 64, False, (64, 64, 4, 3)),
+               ("fa2 D64 N4096 128x64w4s3 stamped", 4096, 64, False, (128, 64, 4, 3))]
+
+
+def stamped_cases(torch, sms: int):
+    """(label, fn, in-kernel MHz of fn's last launch): does the clock the kernel
+    counts agree with NVML's? A tl.dot loop on every SM (calibrate.py's
+    clock_stamp) and fa2 launched with stamps (the median CTA's clock64 over
+    its global-timer span)."""
+    from algorithms.problem import TileConfig
+    from experiments.calibrate import DOT_SHAPES, DOT_WARPS, stamped_clock, triton_kernels
+    from kernels import fa2
+    from kernels.common import make_inputs
+
+    K = triton_kernels()
+    bm, bn, bk = DOT_SHAPES["bf16"]
+    a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
+    b = (torch.randn(bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
+    c = torch.empty(sms * bm * bn, device="cuda", dtype=torch.float32)
+    clk = torch.zeros(sms * 4, device="cuda", dtype=torch.int64)
+    cases = [(f"tl.dot bf16 {sms} SMs clocked",
+              lambda: K["dot_shape"][(sms,)](a, b, c, DOT_ITERS, clk, BM=bm, BN=bn, BK=bk, A_IN_REGS=False,
+                                             CLOCKED=True, num_warps=DOT_WARPS, num_stages=1),
+              lambda: stamped_clock(clk)[0])]
+    for label, n, d, causal, cfg in STAMPED_FA2:
+        q, k, v = make_inputs(16384 // n, 2048 // d, n, d)
+        config = TileConfig(*cfg)
+        stamps = torch.zeros((n // config.block_m) * (16384 // n) * (2048 // d), fa2.STAMP_SLOTS,
+                             dtype=torch.int64, device="cuda")
+
+        def fn(q=q, k=k, v=v, config=config, stamps=stamps, causal=causal):
+            return fa2.forward(q, k, v, causal=causal, config=config, stamps=stamps)
+
+        def mhz(stamps=stamps):
+            s = stamps.cpu().double()
+            ns, cycles = s[:, 2] - s[:, 0], s[:, 5] - s[:, 4]
+            good = (ns > 0) & (cycles > 0)
+            return float((cycles[good] / ns[good]).median()) * 1e3
+        cases.append((label, fn, mhz))
+    return cases
+
+
 def attention_case(torch, case):
     """(fn, problem flops) for an attention row, inputs alternated as validate.py does."""
     from algorithms.defaults import default_config
@@ -166,11 +214,12 @@ def attention_case(torch, case):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="experiments/results/clock_power_h100.csv")
-    ap.add_argument("--only", default="micro,attention", help="micro, attention or both (comma-separated)")
+    ap.add_argument("--only", default="micro,attention,stamped",
+                    help="micro, attention, stamped, or several (comma-separated)")
     args = ap.parse_args(argv)
     kinds = set(args.only.split(","))
-    if not kinds <= {"micro", "attention"}:
-        print(f"clock_power: --only takes micro and/or attention, got {args.only!r}", file=sys.stderr)
+    if not kinds <= {"micro", "attention", "stamped"}:
+        print(f"clock_power: --only takes micro, attention and/or stamped, got {args.only!r}", file=sys.stderr)
         return 2
     import torch
     if not torch.cuda.is_available():
@@ -194,11 +243,13 @@ def main(argv=None) -> int:
     rows = []
     sampler.start()
 
-    def add(kind, label, mode, window, seconds, throughput="", unit="", detail=""):
-        row = {"kind": kind, "case": label, "mode": mode, **window, "seconds": round(seconds, 3),
+    def add(kind, label, mode, window, seconds, throughput="", unit="", detail="", kernel_mhz=""):
+        row = {"kind": kind, "case": label, "mode": mode, **window, "kernel_clock_mhz": kernel_mhz,
+               "seconds": round(seconds, 3),
                "throughput": throughput, "unit": unit, "detail": detail, **common}
         rows.append(row)
-        print(f"{kind:<9} {label:<36} {mode:<9} {row['clock_mhz']!s:>6} MHz ({row['clock_p10']}-{row['clock_p90']})"
+        print(f"{kind:<9} {label:<36} {mode:<9} {row['clock_mhz']!s:>6} MHz ({row['clock_p10']}-{row['clock_p90']};"
+              f" kernel {kernel_mhz or '-'})"
               f" {row['power_w']!s:>6} W cap {row['power_cap_share']!s:>5} {throughput!s:>9} {unit}", flush=True)
         write_csv_atomic(args.out, rows, FIELDS)
 
@@ -214,6 +265,22 @@ def main(argv=None) -> int:
                 rate = round(work * launches / (ms * 1e-3), 1) if launches else ""
                 add("micro", label, "sustained", sampler.window(ts, te), te - ts, rate, unit,
                     f"{detail}; {launches} launches in {ms:.0f} ms after {SETTLE_S} s")
+                torch.cuda.empty_cache()
+        if "stamped" in kinds:
+            for label, fn, mhz in stamped_cases(torch, sms):
+                fn()
+                torch.cuda.synchronize()
+                time.sleep(IDLE_GAP_S)
+                t0 = time.perf_counter()
+                ms = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+                t1 = time.perf_counter()
+                add("stamped", label, "do_bench", sampler.window(t0, t1), t1 - t0, "", "",
+                    f"do_bench median {ms:.4g} ms; kernel clock: its last launch's median CTA", round(mhz(), 1))
+                time.sleep(IDLE_GAP_S)
+                ts, te, launches, ms = sustained(torch, fn)
+                add("stamped", label, "sustained", sampler.window(ts, te), te - ts, "", "",
+                    f"{launches} launches in {ms:.0f} ms; kernel clock: the last launch's median CTA",
+                    round(mhz(), 1))
                 torch.cuda.empty_cache()
         if "attention" in kinds:
             for case in ATTENTION:

@@ -20,6 +20,9 @@ down (clock event reasons; kernels/gpu_monitor.py) -- while each case runs:
   global timer, median CTA of the last launch) agree with NVML's? The tl.dot
   loop with calibrate.py's clock stamps, and fa2 launched with stamps=, in
   both regimes.
+- probe (`probe`): a kernel of a fixed cycle count (an exp2 chain), timed on
+  CUDA events right behind ~50 ms of a case's launches, against its time at
+  the top clock: the clock the case left, with no timer read in a kernel.
 
 The clock and power of a case are the medians of its samples after SETTLE_S
 (the controller moves the clock over milliseconds to tens of milliseconds).
@@ -189,6 +192,32 @@ def stamped_cases(torch, sms: int):
     return cases
 
 
+PROBE_ITERS = 4096      # the probe's exp2 chain: ~60 µs at 1980 MHz
+PROBE_REPEATS = 5       # load + probe rounds a case (median)
+
+
+def probe_kernel(torch, sms: int):
+    """A kernel whose time is a fixed number of SM cycles: one CTA an SM running
+    a dependent exp2 chain (calibrate.py's exp2_loop, no memory in the loop).
+    Its time on CUDA events gives the clock it ran at, against its time at a
+    known clock: no global timer in the kernel (whose reading disagrees with
+    NVML's by -10% to +6% across kernels, clock_stamped_h100.csv)."""
+    from experiments.calibrate import triton_kernels
+    K = triton_kernels()
+    out = torch.empty(sms * 1024, device="cuda", dtype=torch.float32)
+    return lambda: K["exp2_loop"][(sms,)](out, PROBE_ITERS, BLOCK=1024, num_warps=4)
+
+
+def timed(torch, fn) -> float:
+    """fn's GPU time in µs on CUDA events, queued right behind whatever runs."""
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    fn()
+    e1.record()
+    e1.synchronize()
+    return e0.elapsed_time(e1) * 1e3
+
+
 def attention_case(torch, case):
     """(fn, problem flops) for an attention row, inputs alternated as validate.py does."""
     from algorithms.defaults import default_config
@@ -214,12 +243,13 @@ def attention_case(torch, case):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="experiments/results/clock_power_h100.csv")
-    ap.add_argument("--only", default="micro,attention,stamped",
-                    help="micro, attention, stamped, or several (comma-separated)")
+    ap.add_argument("--only", default="micro,attention,stamped,probe",
+                    help="micro, attention, stamped, probe, or several (comma-separated)")
     args = ap.parse_args(argv)
     kinds = set(args.only.split(","))
-    if not kinds <= {"micro", "attention", "stamped"}:
-        print(f"clock_power: --only takes micro, attention and/or stamped, got {args.only!r}", file=sys.stderr)
+    if not kinds <= {"micro", "attention", "stamped", "probe"}:
+        print(f"clock_power: --only takes micro, attention, stamped and/or probe, got {args.only!r}",
+              file=sys.stderr)
         return 2
     import torch
     if not torch.cuda.is_available():
@@ -282,6 +312,39 @@ def main(argv=None) -> int:
                     f"{launches} launches in {ms:.0f} ms; kernel clock: the last launch's median CTA",
                     round(mhz(), 1))
                 torch.cuda.empty_cache()
+        if "probe" in kinds:
+            probe = probe_kernel(torch, sms)
+            # the probe's time at the top clock: back to back it draws little power and
+            # NVML reads 1980 MHz throughout (the window's clock is recorded beside it)
+            for _ in range(20):
+                probe()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            base = sorted(timed(torch, probe) for _ in range(50))[25]
+            window = sampler.window(t0, time.perf_counter())
+            add("probe", "exp2 probe alone", "back to back", window, time.perf_counter() - t0, round(base, 2),
+                "µs", f"one CTA on each of {sms} SMs, {PROBE_ITERS} dependent exp2; median of 50")
+            base_mhz = window["clock_mhz"] or 1980.0
+            loads = [("idle", None)] + [(label, fn) for label, fn, _ in stamped_cases(torch, sms)]
+            for case in ATTENTION[:2] + [c for c in ATTENTION if "fp8" in c[0]][:1]:
+                loads.append((case[0], attention_case(torch, case)[0]))
+            for label, fn in loads:
+                got = []
+                for _ in range(PROBE_REPEATS):
+                    time.sleep(IDLE_GAP_S)
+                    if fn is not None:
+                        fn()
+                        torch.cuda.synchronize()
+                        t_end = time.perf_counter() + 0.05   # as a validation row: ~50 ms of launches
+                        while time.perf_counter() < t_end:
+                            fn()
+                    got.append(timed(torch, probe))
+                us = sorted(got)[len(got) // 2]
+                add("probe", label, "probe after 50 ms", {"clock_mhz": "", "clock_p10": "", "clock_p90": "",
+                                                          "power_w": "", "power_cap_share": "", "samples": 0},
+                    0.0, round(us, 2), "µs",
+                    f"probe times {', '.join(f'{t:.1f}' for t in got)} µs; clock = {base_mhz:.0f} MHz x "
+                    f"{base:.2f} / probe µs", round(base_mhz * base / us, 1))
         if "attention" in kinds:
             for case in ATTENTION:
                 try:

@@ -330,20 +330,19 @@ def main(argv=None) -> int:
                 loads.append((case[0], attention_case(torch, case)[0]))
             for label, fn in loads:
                 got = []
+                # as a validation row: ~50 ms of launches queued back to back
+                launches = 0 if fn is None else max(1, round(50e3 / timed(torch, fn)))
                 for _ in range(PROBE_REPEATS):
                     time.sleep(IDLE_GAP_S)
-                    if fn is not None:
+                    for _ in range(launches):
                         fn()
-                        torch.cuda.synchronize()
-                        t_end = time.perf_counter() + 0.05   # as a validation row: ~50 ms of launches
-                        while time.perf_counter() < t_end:
-                            fn()
                     got.append(timed(torch, probe))
                 us = sorted(got)[len(got) // 2]
                 add("probe", label, "probe after 50 ms", {"clock_mhz": "", "clock_p10": "", "clock_p90": "",
                                                           "power_w": "", "power_cap_share": "", "samples": 0},
                     0.0, round(us, 2), "µs",
-                    f"probe times {', '.join(f'{t:.1f}' for t in got)} µs; clock = {base_mhz:.0f} MHz x "
+                    f"{launches} launches then the probe; probe times {', '.join(f'{t:.1f}' for t in got)} µs; "
+                    f"clock = {base_mhz:.0f} MHz x "
                     f"{base:.2f} / probe µs", round(base_mhz * base / us, 1))
         if "attention" in kinds:
             for case in ATTENTION:

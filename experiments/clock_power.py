@@ -208,9 +208,13 @@ def probe_kernel(torch, sms: int):
     return lambda: K["exp2_loop"][(sms,)](out, PROBE_ITERS, BLOCK=1024, num_warps=4)
 
 
-def timed(torch, fn) -> float:
-    """fn's GPU time in µs on CUDA events, queued right behind whatever runs."""
+def timed(torch, fn, cover: bool = False) -> float:
+    """fn's GPU time in µs on CUDA events, queued right behind whatever runs;
+    `cover`: behind a 100 µs GPU sleep first, so that on an idle GPU the host's
+    launch latency falls before the start event, not inside the time."""
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if cover:
+        torch.cuda._sleep(int(100e-6 * 1980e6))
     e0.record()
     fn()
     e1.record()
@@ -320,7 +324,7 @@ def main(argv=None) -> int:
                 probe()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            base = sorted(timed(torch, probe) for _ in range(50))[25]
+            base = sorted(timed(torch, probe, cover=True) for _ in range(50))[25]
             window = sampler.window(t0, time.perf_counter())
             add("probe", "exp2 probe alone", "back to back", window, time.perf_counter() - t0, round(base, 2),
                 "µs", f"one CTA on each of {sms} SMs, {PROBE_ITERS} dependent exp2; median of 50")
@@ -331,7 +335,9 @@ def main(argv=None) -> int:
             for label, fn in loads:
                 got = []
                 # as a validation row: ~50 ms of launches queued back to back
-                launches = 0 if fn is None else max(1, round(50e3 / timed(torch, fn)))
+                if fn is not None:
+                    fn()        # (compiled and warm before it is timed)
+                launches = 0 if fn is None else max(1, round(50e3 / timed(torch, fn, cover=True)))
                 for _ in range(PROBE_REPEATS):
                     time.sleep(IDLE_GAP_S)
                     for _ in range(launches):

@@ -23,6 +23,10 @@ down (clock event reasons; kernels/gpu_monitor.py) -- while each case runs:
 - probe (`probe`): a kernel of a fixed cycle count (an exp2 chain), timed on
   CUDA events right behind ~50 ms of a case's launches, against its time at
   the top clock: the clock the case left, with no timer read in a kernel.
+- span (`span`): one stamped fa2 launch timed on CUDA events, cold and after
+  ~50 ms of launches: each SM's clock64 from its first CTA's start to its last
+  CTA's end over the event time (a lower bound on the clock its SMs counted),
+  beside the global-timer reading.
 
 The clock and power of a case are the medians of its samples after SETTLE_S
 (the controller moves the clock over milliseconds to tens of milliseconds).
@@ -222,6 +226,47 @@ def timed(torch, fn, cover: bool = False) -> float:
     return e0.elapsed_time(e1) * 1e3
 
 
+# fa2 launches whose CTAs fill every SM from start to end: per SM, clock64 from its first CTA's
+# start to its last CTA's end, over the launch's time on CUDA events (no global timer)
+SPAN_FA2 = [("fa2 D128 N4096 128x64w8s3", 4096, 128, False, (128, 64, 8, 3)),
+            ("fa2 D64 N4096 128x64w4s3", 4096, 64, False, (128, 64, 4, 3)),
+            ("fa2 D64 N512 64x64w4s3", 512, 64, False, (64, 64, 4, 3))]
+
+
+def span_clocks(torch, case, launches_before: int) -> dict:
+    """After `launches_before` back-to-back launches (a validation row's ~50 ms),
+    one stamped launch timed on events: the median SM's clock64 span (first CTA
+    start to last CTA end) over the event time, a lower bound on the clock the
+    SMs counted (the launch's own start and drain fall outside the span); and
+    the median CTA's clock64 over its global-timer span, as fa2_stamps reads it."""
+    from algorithms.problem import TileConfig
+    from kernels import fa2
+    from kernels.common import make_inputs
+
+    _, n, d, causal, cfg = case
+    q, k, v = make_inputs(16384 // n, 2048 // d, n, d)
+    config = TileConfig(*cfg)
+    stamps = torch.zeros((n // config.block_m) * (16384 // n) * (2048 // d), fa2.STAMP_SLOTS,
+                         dtype=torch.int64, device="cuda")
+    run = lambda: fa2.forward(q, k, v, causal=causal, config=config, stamps=stamps)
+    run()
+    torch.cuda.synchronize()
+    time.sleep(IDLE_GAP_S)
+    for _ in range(launches_before):
+        run()
+    us = timed(torch, run)
+    s = stamps.cpu().double()
+    spans = []
+    for sm in s[:, 3].unique():
+        mine = s[s[:, 3] == sm]
+        spans.append(float(mine[:, 5].max() - mine[:, 4].min()))
+    spans.sort()
+    cta_ns, cta_cycles = s[:, 2] - s[:, 0], s[:, 5] - s[:, 4]
+    good = (cta_ns > 0) & (cta_cycles > 0)
+    return {"event_us": round(us, 2), "span_mhz": round(spans[len(spans) // 2] / us, 1),
+            "timer_mhz": round(float((cta_cycles[good] / cta_ns[good]).median()) * 1e3, 1)}
+
+
 def attention_case(torch, case):
     """(fn, problem flops) for an attention row, inputs alternated as validate.py does."""
     from algorithms.defaults import default_config
@@ -247,12 +292,12 @@ def attention_case(torch, case):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="experiments/results/clock_power_h100.csv")
-    ap.add_argument("--only", default="micro,attention,stamped,probe",
-                    help="micro, attention, stamped, probe, or several (comma-separated)")
+    ap.add_argument("--only", default="micro,attention,stamped,probe,span",
+                    help="micro, attention, stamped, probe, span, or several (comma-separated)")
     args = ap.parse_args(argv)
     kinds = set(args.only.split(","))
-    if not kinds <= {"micro", "attention", "stamped", "probe"}:
-        print(f"clock_power: --only takes micro, attention, stamped and/or probe, got {args.only!r}",
+    if not kinds <= {"micro", "attention", "stamped", "probe", "span"}:
+        print(f"clock_power: --only takes micro, attention, stamped, probe and/or span, got {args.only!r}",
               file=sys.stderr)
         return 2
     import torch
@@ -350,6 +395,16 @@ def main(argv=None) -> int:
                     f"{launches} launches then the probe; probe times {', '.join(f'{t:.1f}' for t in got)} µs; "
                     f"clock = {base_mhz:.0f} MHz x "
                     f"{base:.2f} / probe µs", round(base_mhz * base / us, 1))
+        if "span" in kinds:
+            for case in SPAN_FA2:
+                for before in (0, 40):
+                    got = span_clocks(torch, case, before)
+                    add("span", case[0], f"after {before} launches", {"clock_mhz": "", "clock_p10": "",
+                        "clock_p90": "", "power_w": "", "power_cap_share": "", "samples": 0}, 0.0,
+                        got["event_us"], "µs", f"median SM's clock64 span / event time {got['span_mhz']} MHz "
+                        f"(lower bound); median CTA's clock64 / global timer {got['timer_mhz']} MHz",
+                        got["span_mhz"])
+                torch.cuda.empty_cache()
         if "attention" in kinds:
             for case in ATTENTION:
                 try:

@@ -188,7 +188,7 @@ def test_clock_power_refuses_bad_input_and_no_gpu(capsys):
     from experiments import clock_power
     assert clock_power.main(["--only", "everything"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["clock_power: --only takes micro, attention, stamped and/or probe, got 'everything'"]
+    assert err == ["clock_power: --only takes micro, attention, stamped, probe and/or span, got 'everything'"]
     if torch.cuda.is_available():
         pytest.skip("has a GPU: run it there")
     assert clock_power.main(["--out", "/nonexistent/x.csv"]) == 2

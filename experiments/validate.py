@@ -50,8 +50,6 @@ DEFAULT_NCU = os.path.join(RESULTS, "ncu_h100.csv")
 DEFAULT_REPORT = os.path.join(RESULTS, "validation_report.md")
 DEFAULT_BOUNDS = os.path.join(RESULTS, "validation_bounds.json")
 DEFAULT_GLUON = os.path.join(RESULTS, "kernels_bench_fa3_gluon.csv")
-# the sweep measured again with the clock each row ran at (run_clock_mhz, session 29)
-DEFAULT_CLOCKED = os.path.join(RESULTS, "validation_clocked_h100_a.csv")
 # The schedule that replays each measured kernel, where it is not the kernel's own
 # name: Triton 3.6 does not warp-specialise kernels/fa3.py on sm_90, so it runs
 # fa2's structure with TMA copies (algorithms/fa3_triton.py), not FA3's schedule;
@@ -69,8 +67,10 @@ COLUMNS = (["algo", "dtype", "batch", "heads", "kv_heads", "seqlen", "head_dim",
             "block_m", "block_n", "num_warps", "num_stages", "block_k", "consumer_warpgroups",
             "pingpong", "intra_wg_overlap", "mma", "default_config", "ms", "ms_p20", "ms_p80",
             "tflops", "rel_err", "status", "error",
-            # NVML over the row's do_bench (kernels/gpu_monitor.py): the clock it ran at, the
-            # board's power, the share of samples the power cap held the clock (blank before session 29)
+            # NVML over the row's do_bench (kernels/gpu_monitor.py, blank before session 29): the SM
+            # clock NVML reports, the board's power, the share of samples the power cap held the
+            # clock. NVML's clock is not what the SMs count under load: fa2 rows read 1980 MHz there
+            # while their SMs count 1755-1790 cycles a µs (clock_span_h100.csv, validation_notes.md)
             "run_clock_mhz", "run_power_w", "run_power_cap_share"] + PROV)
 # L2 reads at both ends of the crossbar: the sectors the L2 slices look up for
 # the SMs (lts__t_sectors_srcunit_tex_op_read) and the bytes the SMs receive
@@ -932,82 +932,6 @@ GUARD_SEQLEN = 1024
 GUARD_FA2_SHAPE = (64, False)
 
 
-def load_clocked(path=DEFAULT_CLOCKED):
-    """Rows of a sweep measured with their run clocks (load_measurements), each
-    with 'run_clock_mhz' a float; ResultsFileError where a row has none."""
-    rows = load_measurements(path)
-    for lineno, r in enumerate(rows, start=2):
-        try:
-            r["run_clock_mhz"] = float(r["run_clock_mhz"])
-        except (KeyError, TypeError, ValueError):
-            raise ResultsFileError(f"{path}: a row has no run_clock_mhz ({r.get('run_clock_mhz')!r}); "
-                                   f"measure it again with validate.py measure, which records it") from None
-    return rows
-
-
-def clock_metrics(clocked, preds_by_key, profile_clock_mhz):
-    """Each clocked row's error in time and in SM cycles: (predicted µs x the
-    profile's clock) / (measured µs x the clock the row ran at) - 1. The second
-    takes the clock out: it is the model's error where the row's time runs on
-    the SM clock, i.e. where the model does not call it bound by L2 or HBM
-    bandwidth (those rows' time does not follow the SM clock). Returns
-    [(row, time error, cycle error or None)] for the rows with a prediction."""
-    out = []
-    for r in clocked:
-        pr = preds_by_key.get(_row_key(r))
-        if pr is None or pr.get("runtime_us") is None:
-            continue
-        measured_us = r["ms"] * 1e3
-        t_err = pr["runtime_us"] / measured_us - 1
-        clock_bound = pr.get("bottleneck") not in ("hbm_bandwidth", "l2_bandwidth")
-        c_err = (pr["runtime_us"] * profile_clock_mhz / (measured_us * r["run_clock_mhz"]) - 1
-                 if clock_bound else None)
-        out.append((r, t_err, c_err))
-    return out
-
-
-def clock_section(prof, clocked_path, clocked, preds_by_key, profile_clock_mhz):
-    """The report's lines on the clock the rows ran at (clock_metrics)."""
-    got = clock_metrics(clocked, preds_by_key, profile_clock_mhz)
-    if not got:
-        return []
-    clocks = sorted(r["run_clock_mhz"] for r, _, _ in got)
-    lines = [f"The clock the rows ran at (`{os.path.relpath(clocked_path, ROOT)}`: the sweep measured again, "
-             f"NVML's SM clock read every 2 ms over each row's do_bench, kernels/gpu_monitor.py). "
-             f"The rows ran at {statistics.median(clocks):.0f} MHz (median; 10th percentile "
-             f"{clocks[len(clocks) // 10]:.0f}, lowest {clocks[0]:.0f}); this profile takes {profile_clock_mhz:.0f}. "
-             f"Error in cycles: predicted µs x {profile_clock_mhz:.0f} MHz over measured µs x the row's clock, "
-             f"for the rows the model does not call bound by L2 or HBM bandwidth (their time does not "
-             f"follow the SM clock):", "",
-             "| algorithm | rows | clock MHz (median, lowest) | mean signed error: time | clock-bound rows | "
-             "their mean signed error: time | cycles | MAPE: time | cycles |", "|---|---|---|---|---|---|---|---|---|"]
-    by_algo: dict = {}
-    for r, t, c in got:
-        by_algo.setdefault(algo_label(r), []).append((r, t, c))
-    mean = lambda xs: sum(xs) / len(xs)
-    for a, v in sorted(by_algo.items()):
-        ts = [t for _, t, _ in v]
-        cb = [(t, c) for _, t, c in v if c is not None]
-        ck = sorted(r["run_clock_mhz"] for r, _, _ in v)
-        cells = ([f"{100 * mean([t for t, _ in cb]):+.1f}%", f"{100 * mean([c for _, c in cb]):+.1f}%",
-                  _fmt_pct(mean([abs(t) for t, _ in cb])), _fmt_pct(mean([abs(c) for _, c in cb]))]
-                 if cb else ["–"] * 4)
-        lines.append(f"| {a} | {len(v)} | {statistics.median(ck):.0f}, {ck[0]:.0f} | {100 * mean(ts):+.1f}% | "
-                     f"{len(cb)} | " + " | ".join(cells) + " |")
-    lines += ["", "fa2's clock-bound rows, mean signed error in cycles (time in brackets) by shape:", "",
-              "| D | causal | N=512 | 1024 | 2048 | 4096 | 8192 | 16384 |", "|---|---|---|---|---|---|---|---|"]
-    cells: dict = {}
-    for r, t, c in by_algo.get("fa2", []):
-        if c is not None:
-            p = r["problem"]
-            cells.setdefault((p.head_dim, int(p.causal)), {}).setdefault(p.seqlen_q, []).append((t, c))
-    for (d, causal), byn in sorted(cells.items()):
-        row = [(f"{100 * mean([c for _, c in byn[n]]):+.0f}% ({100 * mean([t for t, _ in byn[n]]):+.0f}%)"
-                if n in byn else "–") for n in SEQLENS]
-        lines.append(f"| {d} | {causal} | " + " | ".join(row) + " |")
-    return lines + [""]
-
-
 def guard_subset(rows):
     """The deterministic subset the CI guard re-predicts (the engine takes ~1-10 s a row on a
     CPU, so all ~900 rows take far longer than CI allows): the default config of every
@@ -1123,7 +1047,6 @@ def cmd_report(args) -> int:
     ncu_rows = []
     if os.path.exists(args.ncu):
         ncu_rows = load_ncu(args.ncu)
-    clocked = load_clocked(args.clocked) if args.clocked and os.path.exists(args.clocked) else []
     profiles = args.gpu or ["h100"] + (["h100.measured"] if "h100.measured" in gprof.available_profiles() else [])
     if args.subset == "guard":
         rows = guard_subset(rows)
@@ -1231,9 +1154,6 @@ def cmd_report(args) -> int:
                              f"{pr['runtime_us'] / 1e3:.3f} | {100 * (pr['runtime_us'] / 1e3 - r['ms']) / r['ms']:+.0f}% | "
                              f"{pr.get('bottleneck') or '–'} |")
             lines.append("")
-        if clocked:
-            keyed = {_row_key(r): pr for r, pr in zip(rows, preds)}
-            lines += clock_section(prof, args.clocked, clocked, keyed, gprof.load_profile(prof).gpu.sm_clock_mhz)
         if ncu_rows:
             npreds = reuse_or_predict(predictions_path(prof, "ncu", os.path.dirname(os.path.abspath(args.report))),
                                       ncu_rows, prof, args.jobs, args.reuse_predictions)
@@ -1329,9 +1249,6 @@ def main(argv=None) -> int:
     p = sub.add_parser("report", help="CPU: predictions vs measurements, figures, markdown")
     p.add_argument("--measurements", default=DEFAULT_OUT)
     p.add_argument("--ncu", default=DEFAULT_NCU)
-    p.add_argument("--clocked", default=DEFAULT_CLOCKED,
-                   help="the sweep measured with each row's run clock (run_clock_mhz): the report's error in "
-                        "cycles; '' to leave it out")
     p.add_argument("--gpu", action="append", help="profile(s) to predict with (default h100 and h100.measured)")
     p.add_argument("--report", default=DEFAULT_REPORT)
     p.add_argument("--bounds", default=DEFAULT_BOUNDS)

@@ -4,9 +4,14 @@ and whether the power cap is what holds the clock down.
 The H100 runs short bursts at its top clock (1980 MHz) and lowers the clock
 once its power stays over the 700 W limit: a tl.dot loop on every SM settles at
 1650 MHz, fa2 at 1710-1920 by config, after a few hundred ms of back-to-back
-launches (experiments/clock_power.py, clock_power_h100.csv). What clock a
-measurement ran at therefore depends on how long the GPU was busy before and
-during it, and is recorded beside the measurement.
+launches (experiments/clock_power.py, clock_power_h100.csv).
+
+NVML's clock is the one the power controller sets, not always the one the SMs
+count: under fa2 it reads 1980 MHz while the SMs count 1755-1790 cycles a µs of
+event time (clock64 from each SM's first CTA start to its last CTA end,
+clock_span_h100.csv); under a tl.dot loop capped at 1665 MHz the two agree.
+Take the clock a kernel runs at from its own counters against CUDA events, not
+from here; what this gives is the controller's state and the board's power.
 
     monitor = GpuMonitor.open()      # None where NVML is missing
     monitor.start(); ...; t0 = time.perf_counter(); work(); t1 = ...

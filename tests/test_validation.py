@@ -392,24 +392,3 @@ def test_kept_bounds_are_read_for_their_own_profile_only(tmp_path):
     path.write_text("{not json")
     assert V._kept_bounds(str(path), "h100") == {}
     assert V._kept_bounds(str(tmp_path / "missing.json"), "h100") == {}
-
-
-def test_clock_metrics_take_the_run_clock_out(tmp_path):
-    # a row that ran at 1980 MHz in 1.0 ms; the model, at 1800 MHz, says 1.1 ms
-    path = _write(tmp_path / "c.csv", [_row(ms="1.0", run_clock_mhz="1980"),
-                                       _row(block_n=32, ms="2.0", run_clock_mhz="1800", default_config=0)],
-                  HEADER)
-    rows = V.load_clocked(path)
-    keys = [V._row_key(r) for r in rows]
-    preds = {keys[0]: {"runtime_us": 1100.0, "bottleneck": "tensor_cores"},
-             keys[1]: {"runtime_us": 2200.0, "bottleneck": "hbm_bandwidth"}}
-    (r0, t0, c0), (r1, t1, c1) = V.clock_metrics(rows, preds, 1800.0)
-    assert t0 == pytest.approx(0.1) and c0 == pytest.approx(1100 * 1800 / (1000 * 1980) - 1)
-    assert t1 == pytest.approx(0.1) and c1 is None      # HBM-bound: its time does not follow the clock
-    lines = V.clock_section("h100", path, rows, preds, 1800.0)
-    assert any(line.startswith("| fa2 | 2 | 1890, 1800 | +10.0% | 1 | +10.0% | ") for line in lines)
-    # a row measured before run clocks were recorded: one clear line
-    old = _write(tmp_path / "old.csv", [_row(ms="1.0")], HEADER)
-    with pytest.raises(ResultsFileError, match="no run_clock_mhz") as e:
-        V.load_clocked(old)
-    assert "\n" not in str(e.value)

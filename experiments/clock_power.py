@@ -23,7 +23,7 @@ down (clock event reasons; kernels/gpu_monitor.py) -- while each case runs:
 - probe (`probe`): a kernel of a fixed cycle count (an exp2 chain), timed on
   CUDA events right behind ~50 ms of a case's launches, against its time at
   the top clock: the clock the case left, with no timer read in a kernel.
-- span (`span`): one stamped fa2 launch timed on CUDA events, cold and after
+- span (`span`): one stamped fa2 (or fp8 fa3) launch timed on CUDA events, cold and after
   ~50 ms of launches: each SM's clock64 from its first CTA's start to its last
   CTA's end over the event time (a lower bound on the clock its SMs counted),
   beside the global-timer reading.
@@ -228,9 +228,12 @@ def timed(torch, fn, cover: bool = False) -> float:
 
 # fa2 launches whose CTAs fill every SM from start to end: per SM, clock64 from its first CTA's
 # start to its last CTA's end, over the launch's time on CUDA events (no global timer)
+# (and Triton's fa3 fp8 kernel at its default config: None)
 SPAN_FA2 = [("fa2 D128 N4096 128x64w8s3", 4096, 128, False, (128, 64, 8, 3)),
             ("fa2 D64 N4096 128x64w4s3", 4096, 64, False, (128, 64, 4, 3)),
-            ("fa2 D64 N512 64x64w4s3", 512, 64, False, (64, 64, 4, 3))]
+            ("fa2 D64 N512 64x64w4s3", 512, 64, False, (64, 64, 4, 3)),
+            ("fa3_triton fp8 D64 N4096", 4096, 64, False, None),
+            ("fa3_triton fp8 D128 N4096", 4096, 128, False, None)]
 
 
 def span_clocks(torch, case, launches_before: int) -> dict:
@@ -239,16 +242,23 @@ def span_clocks(torch, case, launches_before: int) -> dict:
     start to last CTA end) over the event time, a lower bound on the clock the
     SMs counted (the launch's own start and drain fall outside the span); and
     the median CTA's clock64 over its global-timer span, as fa2_stamps reads it."""
-    from algorithms.problem import TileConfig
-    from kernels import fa2
+    from algorithms.defaults import default_config
+    from algorithms.problem import AttentionProblem, TileConfig
+    from experiments.validate import _quant
+    from kernels import fa2, fa3
     from kernels.common import make_inputs
 
     _, n, d, causal, cfg = case
-    q, k, v = make_inputs(16384 // n, 2048 // d, n, d)
-    config = TileConfig(*cfg)
-    stamps = torch.zeros((n // config.block_m) * (16384 // n) * (2048 // d), fa2.STAMP_SLOTS,
-                         dtype=torch.int64, device="cuda")
-    run = lambda: fa2.forward(q, k, v, causal=causal, config=config, stamps=stamps)
+    b, h = 16384 // n, 2048 // d
+    q, k, v = make_inputs(b, h, n, d)
+    config = TileConfig(*cfg) if cfg else default_config(
+        "fa3", AttentionProblem(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=causal, dtype="fp8"))
+    stamps = torch.zeros((n // config.block_m) * b * h, fa2.STAMP_SLOTS, dtype=torch.int64, device="cuda")
+    if cfg:
+        run = lambda: fa2.forward(q, k, v, causal=causal, config=config, stamps=stamps)
+    else:
+        q8, k8, v8, scales = _quant(q, k, v, config)
+        run = lambda: fa3.forward_fp8(q8, k8, v8, causal=causal, config=config, scales=scales, stamps=stamps)
     run()
     torch.cuda.synchronize()
     time.sleep(IDLE_GAP_S)

@@ -44,6 +44,8 @@ from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
 from .common import (LOG2E, ensure_tma_allocator, launch, problem_of, require_hopper, resolve_config,
                      resolve_scale)
+from .clocks import global_timer, sm_clock, sm_id
+from .fa2 import STAMP_SLOTS, _stamp
 from .online_softmax import kv_block_range, mask_scores, softmax_update, store_output
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
@@ -123,10 +125,15 @@ def _fa3_fp8_block(acc, l_i, m_i, c_i, q, q_scale, desc_k, desc_vt, KS, VS, kv_r
 
 @triton.jit
 def _fa3_fp8_fwd(Q, K, VT, QS, KS, VS, O, LSE, qk_scale, n_q, n_kv, causal_off, n_q_rows,
-                 n_kv_rows, n_vt_rows, vt_stride,
+                 n_kv_rows, n_vt_rows, vt_stride, STAMPS,
                  H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                 WARP_SPEC: tl.constexpr):
+                 WARP_SPEC: tl.constexpr, STAMPED: tl.constexpr = False):
+    # STAMPED (diagnostics only; compiled out otherwise): fa2's stamps (kernels/fa2.py
+    # STAMP_SLOTS) but for the loop's end, which holds the CTA's end here
+    if STAMPED:
+        started = global_timer(tl.zeros([BLOCK_M], dtype=tl.int32) + tl.program_id(0))
+        started_clk = sm_clock(tl.zeros([BLOCK_M], dtype=tl.int32) + tl.program_id(0))
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -161,6 +168,15 @@ def _fa3_fp8_fwd(Q, K, VT, QS, KS, VS, O, LSE, qk_scale, n_q, n_kv, causal_off, 
                                             kvh * n_kv, kvh * HEAD_DIM, blk0, j, offs_m, offs_n, n_kv,
                                             causal_off, BLOCK_N, True, CAUSAL)
     store_output(O, LSE, bh, n_q, offs_m, acc * c_i, l_i, m_i, HEAD_DIM)
+    if STAMPED:
+        ended = global_timer(l_i.to(tl.int32, bitcast=True))
+        ended_clk = sm_clock(l_i.to(tl.int32, bitcast=True))
+        _stamp(STAMPS, 0, started, BLOCK_M)
+        _stamp(STAMPS, 1, ended, BLOCK_M)
+        _stamp(STAMPS, 2, ended, BLOCK_M)
+        _stamp(STAMPS, 3, sm_id(offs_m), BLOCK_M)
+        _stamp(STAMPS, 4, started_clk, BLOCK_M)
+        _stamp(STAMPS, 5, ended_clk, BLOCK_M)
 
 
 def _use_warp_spec(cfg: TileConfig) -> bool:
@@ -219,13 +235,15 @@ def quantize_fp8(x, block_rows: int, transpose: bool = False):
 
 
 def forward_fp8(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
-                return_lse=False, scales=None, out_dtype=torch.bfloat16):
+                return_lse=False, scales=None, out_dtype=torch.bfloat16, stamps=None):
     """FP8 (e4m3) forward with per-block scales, at twice the bf16 matmul rate.
 
     Either pass bf16/fp16 q, k, v (quantised here with quantize_fp8), or
     already-quantised e4m3 q [B,H,Nq,D], k [B,KVH,Nkv,D], vT [B,KVH,D,Nkv_pad]
     with scales=(q_scale, k_scale, v_scale) from quantize_fp8 (block_m rows for
-    q, block_n for k and v). Returns O in out_dtype."""
+    q, block_n for k and v). Returns O in out_dtype. `stamps` (diagnostics): an
+    int64 tensor [CTAs, fa2.STAMP_SLOTS] filled as fa2.forward's is, per CTA in
+    launch order (slot 1, the loop's end there, holds the CTA's end here)."""
     if q.dtype in (torch.bfloat16, torch.float16):
         problem = problem_of(q, k, v, causal)
         require_hopper(q.device, "fa3")
@@ -257,12 +275,16 @@ def forward_fp8(q, k, v, *, causal=False, config: TileConfig | None = None, sm_s
     o = torch.empty(b, h, nq, d, dtype=out_dtype, device=q8.device)
     lse = torch.empty(b, h, nq, dtype=torch.float32, device=q8.device)
     grid = (cdiv(nq, cfg.block_m), b * h)
+    if stamps is not None and (stamps.dtype != torch.int64 or tuple(stamps.shape) != (grid[0] * grid[1], STAMP_SLOTS)):
+        raise InvalidProblem(f"forward_fp8's stamps must be int64 [{grid[0] * grid[1]}, {STAMP_SLOTS}] "
+                             f"(a row a CTA), got {stamps.dtype} {list(stamps.shape)}")
     warps = fa3_triton_warps(cfg, fp8=True)
     launch(_fa3_fp8_fwd[grid], q8, k8, v8, qs, ks, vs, o, lse, scale * LOG2E, nq, nkv,
            problem.causal_offset, b * h * nq, b * kvh * nkv, b * kvh * d, v8.shape[-1],
+           stamps if stamps is not None else lse,
            H=h, GROUP=h // kvh, HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
            CAUSAL=problem.causal, WARP_SPEC=_use_warp_spec(cfg), num_warps=warps,
-           num_stages=cfg.num_stages)
+           num_stages=cfg.num_stages, STAMPED=stamps is not None)
     return (o, lse) if return_lse else o
 
 
@@ -290,7 +312,8 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
         sig = {"Q": e4m3, "K": e4m3, "VT": e4m3, "QS": "*fp32", "KS": "*fp32", "VS": "*fp32",
                "O": "*bf16", "LSE": "*fp32", "qk_scale": "fp32", "n_q": "i32", "n_kv": "i32",
                "causal_off": "i32", "n_q_rows": "i32", "n_kv_rows": "i32", "n_vt_rows": "i32",
-               "vt_stride": "i32"}
+               "vt_stride": "i32", "STAMPS": "*i64"}
+        consts["STAMPED"] = False
         ints["n_vt_rows"] = problem.batch * problem.kv_heads * problem.head_dim
         ints["vt_stride"] = cdiv(problem.seqlen_kv, 16) * 16   # quantize_fp8's padded Vᵀ rows
         pointers, fn = ("Q", "K", "VT", "QS", "KS", "VS", "O", "LSE"), _fa3_fp8_fwd

@@ -1930,6 +1930,87 @@ def bench_loaded_latency(r: Runner, K, mod):
         del arr, big
 
 
+# latency_clock: the tl.dot loop on every SM for this long before the chase, so
+# the power cap has lowered the clock (1650 MHz sustained, clock_power_h100.csv)
+LATENCY_CLOCK_HEAT_S = 0.3
+# ... on all SMs but these, left free for the chase (a tl.dot CTA may hold all of an SM's registers)
+LATENCY_CLOCK_FREE_SMS = 4
+
+
+def bench_latency_clock(r: Runner, K, mod):
+    """Does a load's latency follow the SM clock? The pointer chase of
+    `latency` (one thread, ld.global.cg), from L2 and from HBM, timed two
+    ways: in cycles (clock64) and in ns (CUDA events around it), alone (the
+    top clock) and while a tl.dot loop runs on every SM and the power cap
+    holds the clock down. Rows `latency_clock`: cycles and ns a step, and the
+    clock they imply. A latency fixed in ns (memory-side) takes fewer cycles
+    at the lower clock; one fixed in cycles (SM-side) takes more ns. The
+    profiles keep latencies in cycles, measured at the top clock, and the
+    engine turns them into time at the profile's clock (1816 MHz), which is
+    right only for the SM-side part."""
+    import cupy
+    import numpy as np
+    torch = r.torch
+    chase = mod.get_function("chase_plain")
+    out = cupy.zeros(2, dtype=cupy.uint64)
+    steps = 4096
+    rng = np.random.default_rng(13)
+    bm, bn, bk = DOT_SHAPES["bf16"]
+    a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
+    b = (torch.randn(bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
+    c = torch.empty(r.sms * bm * bn, device="cuda", dtype=torch.float32)
+    clk = torch.zeros(r.sms * 4, device="cuda", dtype=torch.int64)
+    # ~0.6 s of products, one CTA an SM
+    heat_iters = int(0.6 / 0.57e-6)
+    bg_stream, chase_stream = torch.cuda.Stream(), torch.cuda.Stream()
+    for regime, ws in (("l2", 4 << 20), ("dram", 1 << 30)):
+        arr, start, lines = _chase_chain(torch, ws, 5 if regime == "l2" else 6)
+        carr = _as_cupy_u32(arr)
+        warm = lines if regime == "l2" else 64
+        for state in ("alone", "capped"):
+            cycles, nss = [], []
+            with r.sampler() as smp:
+                for rep in range(3):
+                    torch.cuda.synchronize()
+                    time.sleep(0.2)
+                    if state == "capped":
+                        with torch.cuda.stream(bg_stream):
+                            K["dot_shape"][(r.sms - LATENCY_CLOCK_FREE_SMS,)](a, b, c, heat_iters, clk,
+                                                                               BM=bm, BN=bn, BK=bk,
+                                                     A_IN_REGS=False, CLOCKED=False, num_warps=DOT_WARPS,
+                                                     num_stages=1)
+                        time.sleep(LATENCY_CLOCK_HEAT_S)
+                    # two chases back to back, short then long: the difference of their
+                    # event times over the difference of their steps is ns a step, free of
+                    # the launch and of the warm-up walk
+                    times, counted = [], 0
+                    for n in (steps, 3 * steps):
+                        st = start if regime == "l2" else int(rng.integers(lines)) * 32
+                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        e0.record(chase_stream)
+                        with cupy.cuda.ExternalStream(chase_stream.cuda_stream):
+                            chase((1,), (32,), (carr, np.int32(warm), np.int32(n), np.uint32(st), out))
+                        e1.record(chase_stream)
+                        e1.synchronize()
+                        times.append(e0.elapsed_time(e1) * 1e6)
+                        counted = int(out[0].get())
+                    cycles.append(counted / (3 * steps))
+                    nss.append((times[1] - times[0]) / (2 * steps))
+                    torch.cuda.synchronize()
+            cyc, ns = statistics.median(cycles), statistics.median(nss)
+            r.add("latency_clock", f"{regime}_{state}_cycles", cyc, "cycles", smp.mhz,
+                  detail=f"1-thread chase over {ws >> 20} MB, {3 * steps} steps, clock64; " +
+                         ("alone" if state == "alone" else
+                          f"beside a tl.dot loop on {r.sms - LATENCY_CLOCK_FREE_SMS} SMs, started "
+                          f"{LATENCY_CLOCK_HEAT_S} s before") +
+                         f"; reps {', '.join(f'{v:.0f}' for v in cycles)}")
+            r.add("latency_clock", f"{regime}_{state}_ns", ns, "ns", smp.mhz,
+                  detail=f"the chase of {steps} and of {3 * steps} steps on CUDA events: their difference "
+                         f"over {2 * steps} steps; implied clock {cyc / ns * 1e3:.0f} MHz; "
+                         f"reps {', '.join(f'{v:.1f}' for v in nss)}")
+        del arr
+
+
 # cp_async: ring depths, threads a CTA, 16 B vectors a thread a tile (kernels
 # cp_async_d{depth}_v{vpt}: 4-64 KB tiles; 0: the loop without copies)
 CP_ASYNC_DEPTHS = (1, 2, 3, 4)
@@ -2288,6 +2369,7 @@ def cmd_run(args) -> int:
              ("latency", lambda: mod and bench_latency(r, mod)),
              ("latency_per_sm", lambda: mod and bench_latency_per_sm(r, mod)),
              ("loaded_latency", lambda: mod and bench_loaded_latency(r, K, mod)),
+             ("latency_clock", lambda: mod and bench_latency_clock(r, K, mod)),
              ("launch", lambda: bench_launch(r, K, mod)),
              ("cta_cycle", lambda: mod and bench_cta_cycle(r, mod)),
              ("cp_async", lambda: mod and bench_cp_async(r, mod)),

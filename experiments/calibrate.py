@@ -941,6 +941,17 @@ class Runner:
                 "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "command": "PYTHONPATH=. python3 experiments/calibrate.py " + " ".join(sys.argv[1:])}
 
+    def nvml_clock(self):
+        """NVML's SM clock now (MHz), None without NVML. Under a tl.dot loop held by the
+        power cap it matches the clock the SMs count (clock_stamped_h100.csv)."""
+        if self.nvml is None:
+            return None
+        import pynvml
+        try:
+            return float(pynvml.nvmlDeviceGetClockInfo(self.nvml, pynvml.NVML_CLOCK_SM))
+        except Exception:
+            return None
+
     def sampler(self):
         if self.nvml is None:
             class _Null:
@@ -1942,8 +1953,9 @@ def bench_latency_clock(r: Runner, K, mod):
     `latency` (one thread, ld.global.cg), from L2 and from HBM, timed two
     ways: in cycles (clock64) and in ns (CUDA events around it), alone (the
     top clock) and while a tl.dot loop runs on every SM and the power cap
-    holds the clock down. Rows `latency_clock`: cycles and ns a step, and the
-    clock they imply. A latency fixed in ns (memory-side) takes fewer cycles
+    holds the clock down. Rows `latency_clock`: cycles and ns a step, NVML's
+    clock read right before and after the chases (clock_mhz_nvml), and the
+    clock cycles over ns imply. A latency fixed in ns (memory-side) takes fewer cycles
     at the lower clock; one fixed in cycles (SM-side) takes more ns. The
     profiles keep latencies in cycles, measured at the top clock, and the
     engine turns them into time at the profile's clock (1816 MHz), which is
@@ -1968,7 +1980,7 @@ def bench_latency_clock(r: Runner, K, mod):
         carr = _as_cupy_u32(arr)
         warm = lines if regime == "l2" else 64
         for state in ("alone", "capped"):
-            cycles, nss = [], []
+            cycles, nss, clocks = [], [], []      # clocks: NVML's, read right before and after the chases
             with r.sampler() as smp:
                 for rep in range(3):
                     torch.cuda.synchronize()
@@ -1984,6 +1996,7 @@ def bench_latency_clock(r: Runner, K, mod):
                     # event times over the difference of their steps is ns a step, free of
                     # the launch and of the warm-up walk
                     times, counted = [], 0
+                    clocks.append(r.nvml_clock())
                     for n in (steps, 3 * steps):
                         st = start if regime == "l2" else int(rng.integers(lines)) * 32
                         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -1994,17 +2007,19 @@ def bench_latency_clock(r: Runner, K, mod):
                         e1.synchronize()
                         times.append(e0.elapsed_time(e1) * 1e6)
                         counted = int(out[0].get())
+                    clocks.append(r.nvml_clock())
                     cycles.append(counted / (3 * steps))
                     nss.append((times[1] - times[0]) / (2 * steps))
                     torch.cuda.synchronize()
             cyc, ns = statistics.median(cycles), statistics.median(nss)
-            r.add("latency_clock", f"{regime}_{state}_cycles", cyc, "cycles", smp.mhz,
+            at = statistics.median([x for x in clocks if x]) if any(clocks) else smp.mhz
+            r.add("latency_clock", f"{regime}_{state}_cycles", cyc, "cycles", at,
                   detail=f"1-thread chase over {ws >> 20} MB, {3 * steps} steps, clock64; " +
                          ("alone" if state == "alone" else
                           f"beside a tl.dot loop on {r.sms - LATENCY_CLOCK_FREE_SMS} SMs, started "
                           f"{LATENCY_CLOCK_HEAT_S} s before") +
                          f"; reps {', '.join(f'{v:.0f}' for v in cycles)}")
-            r.add("latency_clock", f"{regime}_{state}_ns", ns, "ns", smp.mhz,
+            r.add("latency_clock", f"{regime}_{state}_ns", ns, "ns", at,
                   detail=f"the chase of {steps} and of {3 * steps} steps on CUDA events: their difference "
                          f"over {2 * steps} steps; implied clock {cyc / ns * 1e3:.0f} MHz; "
                          f"reps {', '.join(f'{v:.1f}' for v in nss)}")

@@ -2462,6 +2462,32 @@ def l2_plateau_and_knee(rows):
     return plateau, knee, pts
 
 
+def latency_at_clock(rows, regime: str, profile_mhz: float):
+    """A load's latency in cycles at the profile's clock, from latency_clock's
+    two chases (alone at the top clock, and with the power cap holding the
+    clock down): cycles = c + t x f, c the part that runs on the SM's clock
+    (cycles) and t the part that does not (ns: L2's and HBM's own clocks),
+    solved from the two (clock, cycles) points and taken at profile_mhz.
+    (cycles, how it was found, the row) or None without both rows."""
+    alone = next((r for r in rows if r["bench"] == "latency_clock" and r["param"] == f"{regime}_alone_cycles"), None)
+    capped = next((r for r in rows if r["bench"] == "latency_clock" and r["param"] == f"{regime}_capped_cycles"), None)
+    try:
+        (c1, f1), (c2, f2) = ((float(r["value"]), float(r["clock_mhz_nvml"])) for r in (alone, capped))
+    except (TypeError, ValueError, KeyError):
+        return None
+    if not (f1 > f2 > 0) or not (c1 > 0 and c2 > 0):
+        return None
+    t = (c1 - c2) / (f1 - f2)           # cycles a MHz: ns of the part off the SM's clock
+    c = c1 - t * f1
+    if t < 0 or c < 0:                  # (outside the model: keep the plain chase)
+        return None
+    cycles = c + t * profile_mhz
+    how = (f"{c1:.0f} cycles at {f1:.0f} MHz alone and {c2:.0f} at {f2:.0f} MHz beside a tl.dot loop held "
+           f"by the power cap (latency_clock): {c:.0f} cycles on the SM's clock + {t * 1e3:.0f} ns off it, "
+           f"= {cycles:.0f} cycles at the profile's {profile_mhz:.0f} MHz")
+    return cycles, how, capped
+
+
 def tensor_alu_serial_fractions(rows):
     """{shape/kind: f} from the dot_exp_overlap rows: with product CTAs and elementwise
     CTAs sharing each SM, T_split = T_dot + f x T_elementwise (f = 0: the units overlap
@@ -2773,8 +2799,15 @@ def mapping(rows):
         out[("l2", "sm_store_bytes_per_clk")] = (round(v, 1), cite(
             f"a single CTA storing into a 4 MB L2-resident set (STG.E.128), best of the single-CTA probes in "
             f"the CSV = {v:.1f} B/clk at the NVML clock", row, row.get("clock_mhz_nvml")))
+    profile_mhz = float(out[("gpu", "sm_clock_mhz")][0]) if ("gpu", "sm_clock_mhz") in out \
+        else float(base["gpu"]["sm_clock_mhz"])
     v, row = _val(rows, "latency", "plain_l2")
-    if v:
+    at_clock = latency_at_clock(rows, "l2", profile_mhz)
+    if at_clock:
+        cycles, how, row = at_clock
+        out[("l2", "hit_latency_cycles")] = (round(cycles, 0), cite(
+            f"1-thread pointer chase, ld.global.cg, 4 MB working set (L2 hits), {how}", row))
+    elif v:
         out[("l2", "hit_latency_cycles")] = (round(v, 0), cite(
             f"1-thread pointer chase, ld.global.cg, 4 MB working set (L2 hits) = {v:.0f} cycles", row))
     per_sm = {}
@@ -2798,7 +2831,15 @@ def mapping(rows):
             f"Triton 2 GiB device-to-device copy, bytes read + written / time = {v:.0f} GB/s "
             f"(read-only and write-only kernels in the CSV)", row, row.get("clock_mhz_nvml")))
     v, row = _val(rows, "latency", "plain_dram")
-    if v:
+    at_clock = latency_at_clock(rows, "dram", profile_mhz)
+    if at_clock:
+        cycles, how, row = at_clock
+        out[("hbm", "latency_cycles")] = (round(cycles, 0), cite(
+            f"1-thread pointer chase, ld.global.cg, random 128 B lines over 1 GB (L2 misses, TLB "
+            f"misses included), {how}", row))
+        out[("copy", "plain_load_latency_cycles")] = (round(cycles, 0), cite(
+            f"a global load that misses L2: the DRAM pointer chase, {how}", row))
+    elif v:
         out[("hbm", "latency_cycles")] = (round(v, 0), cite(
             f"1-thread pointer chase, ld.global.cg, random 128 B lines over 1 GB (L2 misses, TLB "
             f"misses included) = {v:.0f} cycles", row))

@@ -166,3 +166,18 @@ def test_latency_per_sm_rows_become_offsets_from_the_median_sm(calibrate, tmp_pa
     assert len(offsets) == 132 and min(offsets) < 0 < max(offsets)
     for sm in (0, 44, 131):
         assert offsets[sm] == pytest.approx(cycles[sm] - sum(middle) / 2, abs=0.051)
+
+
+def test_latency_at_clock_splits_sm_cycles_from_memory_ns():
+    from experiments.calibrate import latency_at_clock
+
+    # 90 cycles on the SM's clock + 100 ns off it: 288 cycles at 1980 MHz, 261 at 1710
+    rows = [_row("latency_clock", "l2_alone_cycles", "288", clock_mhz_nvml="1980"),
+            _row("latency_clock", "l2_capped_cycles", "261", clock_mhz_nvml="1710")]
+    cycles, how, _ = latency_at_clock(rows, "l2", 1816.0)
+    assert cycles == pytest.approx(90 + 0.1 * 1816)
+    assert "90 cycles on the SM's clock + 100 ns off it" in how
+    assert latency_at_clock(rows, "dram", 1816.0) is None           # no rows for it
+    # a latency that grew as the clock fell is outside the split: the plain chase stands
+    rows[1] = _row("latency_clock", "l2_capped_cycles", "300", clock_mhz_nvml="1710")
+    assert latency_at_clock(rows, "l2", 1816.0) is None

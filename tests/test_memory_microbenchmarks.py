@@ -36,17 +36,29 @@ def test_rows_cover_idle_to_saturated(regime):
         assert bw1 >= 0.98 * bw0 and lat1 >= 0.98 * lat0, rows
 
 
+def _latency_clock(param: str) -> tuple[float, float]:
+    """(cycles, NVML MHz) of a latency_clock row."""
+    row = next(r for r in csv.DictReader(open(CSV)) if r["bench"] == "latency_clock" and r["param"] == param)
+    return float(row["value"]), float(row["clock_mhz_nvml"])
+
+
 def test_hbm_latency_quadruples_at_saturation():
-    """Idle, the chase matches `latency`'s DRAM figure (the profile's); with
-    every SM streaming from HBM at its sustained bandwidth, a load waits 4.5x
-    as long (696 -> 3124 cycles), where a bandwidth share alone would delay
-    a 128 B request little (the model's shared server gives it 1/n of 3 TB/s:
-    about 40 cycles with 528 requests in flight)."""
+    """Idle, the chase matches latency_clock's lone chase at the top clock,
+    whose split into SM cycles and memory ns gives the profile's figure at its
+    own clock; with every SM streaming from HBM at its sustained bandwidth, a
+    load waits 4.5x as long (696 -> 3124 cycles), where a bandwidth share
+    alone would delay a 128 B request little (the model's shared server gives
+    it 1/n of 3 TB/s: about 40 cycles with 528 requests in flight)."""
     measured = load_profile("h100.measured")
     rows = _rows("dram")
     _, _, idle = rows[0]
     _, bw_full, full = rows[-1]
-    assert idle == pytest.approx(measured.hbm.latency_cycles, rel=0.05)
+    (alone, f_alone), (capped, f_capped) = _latency_clock("dram_alone_cycles"), _latency_clock("dram_capped_cycles")
+    assert idle == pytest.approx(alone, rel=0.05)
+    per_mhz = (alone - capped) / (f_alone - f_capped)
+    at_profile = alone - per_mhz * (f_alone - measured.gpu.sm_clock_mhz)
+    assert measured.hbm.latency_cycles == pytest.approx(at_profile, abs=1.0)
+    assert measured.hbm.latency_cycles < idle      # fewer SM cycles at the profile's lower clock
     assert bw_full >= 0.98 * measured.hbm.sustained_bandwidth_gbps
     assert full >= 3 * idle
     # below 60% of the bandwidth the latency stays within 10% of idle

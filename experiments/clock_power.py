@@ -1,11 +1,16 @@
 """At which SM clock, and drawing how much power, does each kind of work run?
 
-The H100 lowers its SM clock when a kernel draws too much power: calibrate.py's
-tl.dot loop read 1647 MHz in the kernel, its exp2 loop 2079, and the stamped fa2
-kernels 1694-1844 MHz by config (validation_notes.md, sessions 17 and 28), while
-the profiles take one clock. This script reads NVML on a thread -- the SM
-clock, the board's power, and whether the power cap is what holds the clock
-down (clock event reasons; kernels/gpu_monitor.py) -- while each case runs:
+The H100 lowers its SM clock when a kernel draws too much power, while the
+profiles take one clock (validation_notes.md, sessions 17, 28 and 29). This
+script reads NVML on a thread -- the SM clock, the board's power, and whether
+the power cap is what holds the clock down (clock event reasons;
+kernels/gpu_monitor.py) -- while each case runs, and sets the clock the
+kernels count beside it. What it found on the H100 (session 29): NVML reads
+1980 MHz through validation-style runs of fa2 and fp8, yet their SMs count
+1700-1820 cycles a µs of event time (`span`); only under the power cap (a
+tl.dot loop, 1665 MHz) do the two agree. Take a kernel's clock from `span`.
+
+Modes (--only):
 
 - microbenchmarks (`micro`): idle; a tl.dot loop (bf16, fp8) on all SMs and on
   a quarter, half and three quarters of them (one CTA an SM); HBM copy and

@@ -2469,11 +2469,13 @@ def latency_at_clock(rows, regime: str, profile_mhz: float):
     (cycles) and t the part that does not (ns: L2's and HBM's own clocks),
     solved from the two (clock, cycles) points and taken at profile_mhz.
     (cycles, how it was found, the row) or None without both rows."""
-    alone = next((r for r in rows if r["bench"] == "latency_clock" and r["param"] == f"{regime}_alone_cycles"), None)
-    capped = next((r for r in rows if r["bench"] == "latency_clock" and r["param"] == f"{regime}_capped_cycles"), None)
+    c1, alone = _val(rows, "latency_clock", f"{regime}_alone_cycles")
+    c2, capped = _val(rows, "latency_clock", f"{regime}_capped_cycles")
     try:
-        (c1, f1), (c2, f2) = ((float(r["value"]), float(r["clock_mhz_nvml"])) for r in (alone, capped))
+        f1, f2 = float(alone["clock_mhz_nvml"]), float(capped["clock_mhz_nvml"])
     except (TypeError, ValueError, KeyError):
+        return None
+    if c1 is None or c2 is None:
         return None
     if not (f1 > f2 > 0) or not (c1 > 0 and c2 > 0):
         return None
@@ -2486,6 +2488,18 @@ def latency_at_clock(rows, regime: str, profile_mhz: float):
            f"by the power cap (latency_clock): {c:.0f} cycles on the SM's clock + {t * 1e3:.0f} ns off it, "
            f"= {cycles:.0f} cycles at the profile's {profile_mhz:.0f} MHz")
     return cycles, how, capped
+
+
+def chase_latency(rows, regime: str, plain: str, profile_mhz: float):
+    """(cycles, how, row) of a pointer chase for the profile: latency_at_clock's
+    split where the CSV has it, else `latency`'s plain chase (`plain`) as
+    measured; (None, '', None) without either. `how` continues the source's text."""
+    at_clock = latency_at_clock(rows, regime, profile_mhz)
+    if at_clock:
+        cycles, how, row = at_clock
+        return cycles, f", {how}", row
+    v, row = _val(rows, "latency", plain)
+    return (v, f" = {v:.0f} cycles", row) if v else (None, "", None)
 
 
 def tensor_alu_serial_fractions(rows):
@@ -2801,15 +2815,10 @@ def mapping(rows):
             f"the CSV = {v:.1f} B/clk at the NVML clock", row, row.get("clock_mhz_nvml")))
     profile_mhz = float(out[("gpu", "sm_clock_mhz")][0]) if ("gpu", "sm_clock_mhz") in out \
         else float(base["gpu"]["sm_clock_mhz"])
-    v, row = _val(rows, "latency", "plain_l2")
-    at_clock = latency_at_clock(rows, "l2", profile_mhz)
-    if at_clock:
-        cycles, how, row = at_clock
+    cycles, how, row = chase_latency(rows, "l2", "plain_l2", profile_mhz)
+    if cycles:
         out[("l2", "hit_latency_cycles")] = (round(cycles, 0), cite(
-            f"1-thread pointer chase, ld.global.cg, 4 MB working set (L2 hits), {how}", row))
-    elif v:
-        out[("l2", "hit_latency_cycles")] = (round(v, 0), cite(
-            f"1-thread pointer chase, ld.global.cg, 4 MB working set (L2 hits) = {v:.0f} cycles", row))
+            f"1-thread pointer chase, ld.global.cg, 4 MB working set (L2 hits){how}", row))
     per_sm = {}
     for r in rows:
         if r["bench"] == "latency_per_sm" and r["param"].startswith("sm_"):
@@ -2830,21 +2839,13 @@ def mapping(rows):
         out[("hbm", "sustained_bandwidth_gbps")] = (round(min(v, peak), 0), cite(
             f"Triton 2 GiB device-to-device copy, bytes read + written / time = {v:.0f} GB/s "
             f"(read-only and write-only kernels in the CSV)", row, row.get("clock_mhz_nvml")))
-    v, row = _val(rows, "latency", "plain_dram")
-    at_clock = latency_at_clock(rows, "dram", profile_mhz)
-    if at_clock:
-        cycles, how, row = at_clock
+    cycles, how, row = chase_latency(rows, "dram", "plain_dram", profile_mhz)
+    if cycles:
         out[("hbm", "latency_cycles")] = (round(cycles, 0), cite(
             f"1-thread pointer chase, ld.global.cg, random 128 B lines over 1 GB (L2 misses, TLB "
-            f"misses included), {how}", row))
+            f"misses included){how}", row))
         out[("copy", "plain_load_latency_cycles")] = (round(cycles, 0), cite(
-            f"a global load that misses L2: the DRAM pointer chase, {how}", row))
-    elif v:
-        out[("hbm", "latency_cycles")] = (round(v, 0), cite(
-            f"1-thread pointer chase, ld.global.cg, random 128 B lines over 1 GB (L2 misses, TLB "
-            f"misses included) = {v:.0f} cycles", row))
-        out[("copy", "plain_load_latency_cycles")] = (round(v, 0), cite(
-            f"a global load that misses L2: the DRAM pointer chase = {v:.0f} cycles", row))
+            f"a global load that misses L2: the DRAM pointer chase{how}", row))
     v, row = _val(rows, "latency", "tma_extra_dram")
     if v is not None and v >= 0:
         out[("copy", "tma_extra_latency_cycles")] = (round(v, 0), cite(

@@ -70,6 +70,26 @@ def _stamp(STAMPS, slot: tl.constexpr, value, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
+def _stamp_cta(STAMPS, started, looped, started_clk, after, offs_m, BLOCK_M: tl.constexpr,
+               LOOPED: tl.constexpr = True):
+    """Diagnostics: the CTA's STAMP_SLOTS, its end read once `after` (int32) is
+    computed: the global timer at its start, at its loop's end (`looped`; its
+    end where the kernel has no such mark, LOOPED False) and at its end, its
+    SM, and its SM's clock64 at its start and end."""
+    ended = global_timer(after)
+    ended_clk = sm_clock(after)
+    _stamp(STAMPS, 0, started, BLOCK_M)
+    if LOOPED:
+        _stamp(STAMPS, 1, looped, BLOCK_M)
+    else:
+        _stamp(STAMPS, 1, ended, BLOCK_M)
+    _stamp(STAMPS, 2, ended, BLOCK_M)
+    _stamp(STAMPS, 3, sm_id(offs_m), BLOCK_M)
+    _stamp(STAMPS, 4, started_clk, BLOCK_M)
+    _stamp(STAMPS, 5, ended_clk, BLOCK_M)
+
+
+@triton.jit
 def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
              H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
@@ -116,14 +136,7 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
         looped = global_timer(l_i.to(tl.int32, bitcast=True))
     store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
     if STAMPED:
-        ended = global_timer(l_i.to(tl.int32, bitcast=True))
-        ended_clk = sm_clock(l_i.to(tl.int32, bitcast=True))
-        _stamp(STAMPS, 0, started, BLOCK_M)
-        _stamp(STAMPS, 1, looped, BLOCK_M)
-        _stamp(STAMPS, 2, ended, BLOCK_M)
-        _stamp(STAMPS, 3, sm_id(offs_m), BLOCK_M)
-        _stamp(STAMPS, 4, started_clk, BLOCK_M)
-        _stamp(STAMPS, 5, ended_clk, BLOCK_M)
+        _stamp_cta(STAMPS, started, looped, started_clk, l_i.to(tl.int32, bitcast=True), offs_m, BLOCK_M)
 
 
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,

@@ -44,8 +44,8 @@ from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
 from .common import (LOG2E, ensure_tma_allocator, launch, problem_of, require_hopper, resolve_config,
                      resolve_scale)
-from .clocks import global_timer, sm_clock, sm_id
-from .fa2 import STAMP_SLOTS, _stamp
+from .clocks import global_timer, sm_clock
+from .fa2 import STAMP_SLOTS, _stamp_cta
 from .online_softmax import kv_block_range, mask_scores, softmax_update, store_output
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
@@ -169,14 +169,8 @@ def _fa3_fp8_fwd(Q, K, VT, QS, KS, VS, O, LSE, qk_scale, n_q, n_kv, causal_off, 
                                             causal_off, BLOCK_N, True, CAUSAL)
     store_output(O, LSE, bh, n_q, offs_m, acc * c_i, l_i, m_i, HEAD_DIM)
     if STAMPED:
-        ended = global_timer(l_i.to(tl.int32, bitcast=True))
-        ended_clk = sm_clock(l_i.to(tl.int32, bitcast=True))
-        _stamp(STAMPS, 0, started, BLOCK_M)
-        _stamp(STAMPS, 1, ended, BLOCK_M)
-        _stamp(STAMPS, 2, ended, BLOCK_M)
-        _stamp(STAMPS, 3, sm_id(offs_m), BLOCK_M)
-        _stamp(STAMPS, 4, started_clk, BLOCK_M)
-        _stamp(STAMPS, 5, ended_clk, BLOCK_M)
+        _stamp_cta(STAMPS, started, started, started_clk, l_i.to(tl.int32, bitcast=True), offs_m, BLOCK_M,
+                   LOOPED=False)
 
 
 def _use_warp_spec(cfg: TileConfig) -> bool:

@@ -76,6 +76,22 @@ ATTENTION = [
 ]
 
 
+def _problem(n: int, d: int, causal: bool, dtype: str = "bf16"):
+    """The sweep's shape at sequence length n and head dim d (validate.py's tokens and hidden size)."""
+    from algorithms.problem import AttentionProblem
+    from experiments.validate import HIDDEN, TOKENS
+    return AttentionProblem(batch=TOKENS // n, heads=HIDDEN // d, seqlen_q=n, head_dim=d, causal=causal,
+                            dtype=dtype)
+
+
+def _timer_mhz(stamps) -> float:
+    """The median CTA's clock64 over its global-timer span (kernels/fa2.py STAMP_SLOTS), MHz."""
+    s = stamps.cpu().double()
+    ns, cycles = s[:, 2] - s[:, 0], s[:, 5] - s[:, 4]
+    good = (ns > 0) & (cycles > 0)
+    return float((cycles[good] / ns[good]).median()) * 1e3
+
+
 def sustained(torch, fn, seconds: float = SUSTAIN_S):
     """Run fn back to back for `seconds` (the host waits for the GPU every few
     launches, so the queue stays short); returns (t_settled, t_end, launches
@@ -170,8 +186,8 @@ def stamped_cases(torch, sms: int):
     its global-timer span)."""
     from algorithms.problem import TileConfig
     from experiments.calibrate import DOT_SHAPES, DOT_WARPS, stamped_clock, triton_kernels
+    from experiments.fa2_stamps import _stamped_inputs
     from kernels import fa2
-    from kernels.common import make_inputs
 
     K = triton_kernels()
     bm, bn, bk = DOT_SHAPES["bf16"]
@@ -184,20 +200,12 @@ def stamped_cases(torch, sms: int):
                                              CLOCKED=True, num_warps=DOT_WARPS, num_stages=1),
               lambda: stamped_clock(clk)[0])]
     for label, n, d, causal, cfg in STAMPED_FA2:
-        q, k, v = make_inputs(16384 // n, 2048 // d, n, d)
         config = TileConfig(*cfg)
-        stamps = torch.zeros((n // config.block_m) * (16384 // n) * (2048 // d), fa2.STAMP_SLOTS,
-                             dtype=torch.int64, device="cuda")
+        q, k, v, stamps = _stamped_inputs(_problem(n, d, causal), config)
 
         def fn(q=q, k=k, v=v, config=config, stamps=stamps, causal=causal):
             return fa2.forward(q, k, v, causal=causal, config=config, stamps=stamps)
-
-        def mhz(stamps=stamps):
-            s = stamps.cpu().double()
-            ns, cycles = s[:, 2] - s[:, 0], s[:, 5] - s[:, 4]
-            good = (ns > 0) & (cycles > 0)
-            return float((cycles[good] / ns[good]).median()) * 1e3
-        cases.append((label, fn, mhz))
+        cases.append((label, fn, lambda stamps=stamps: _timer_mhz(stamps)))
     return cases
 
 
@@ -248,17 +256,15 @@ def span_clocks(torch, case, launches_before: int) -> dict:
     SMs counted (the launch's own start and drain fall outside the span); and
     the median CTA's clock64 over its global-timer span, as fa2_stamps reads it."""
     from algorithms.defaults import default_config
-    from algorithms.problem import AttentionProblem, TileConfig
+    from algorithms.problem import TileConfig
+    from experiments.fa2_stamps import _stamped_inputs
     from experiments.validate import _quant
     from kernels import fa2, fa3
-    from kernels.common import make_inputs
 
     _, n, d, causal, cfg = case
-    b, h = 16384 // n, 2048 // d
-    q, k, v = make_inputs(b, h, n, d)
-    config = TileConfig(*cfg) if cfg else default_config(
-        "fa3", AttentionProblem(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=causal, dtype="fp8"))
-    stamps = torch.zeros((n // config.block_m) * b * h, fa2.STAMP_SLOTS, dtype=torch.int64, device="cuda")
+    config = TileConfig(*cfg) if cfg else default_config("fa3", _problem(n, d, causal, "fp8"))
+    # (fp8's CTAs fill the same stamp rows: one a Q block and head)
+    q, k, v, stamps = _stamped_inputs(_problem(n, d, causal), config)
     if cfg:
         run = lambda: fa2.forward(q, k, v, causal=causal, config=config, stamps=stamps)
     else:
@@ -276,21 +282,19 @@ def span_clocks(torch, case, launches_before: int) -> dict:
         mine = s[s[:, 3] == sm]
         spans.append(float(mine[:, 5].max() - mine[:, 4].min()))
     spans.sort()
-    cta_ns, cta_cycles = s[:, 2] - s[:, 0], s[:, 5] - s[:, 4]
-    good = (cta_ns > 0) & (cta_cycles > 0)
     return {"event_us": round(us, 2), "span_mhz": round(spans[len(spans) // 2] / us, 1),
-            "timer_mhz": round(float((cta_cycles[good] / cta_ns[good]).median()) * 1e3, 1)}
+            "timer_mhz": round(_timer_mhz(stamps), 1)}
 
 
 def attention_case(torch, case):
     """(fn, problem flops) for an attention row, inputs alternated as validate.py does."""
     from algorithms.defaults import default_config
-    from algorithms.problem import AttentionProblem, TileConfig
+    from algorithms.problem import TileConfig
     from experiments.validate import _call, _quant
 
     label, algo, dtype, d, n, causal, cfg = case
-    b, h = 16384 // n, 2048 // d
-    problem = AttentionProblem(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=causal, dtype=dtype)
+    problem = _problem(n, d, causal, dtype)
+    b, h = problem.batch, problem.heads
     # (the gluon kernel picks its own default config, as kernels.bench runs it)
     config = TileConfig(*cfg) if cfg else None if algo == "fa3_gluon" else default_config(algo, problem)
     inputs = [tuple(torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))

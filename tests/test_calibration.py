@@ -181,3 +181,20 @@ def test_latency_at_clock_splits_sm_cycles_from_memory_ns():
     # a latency that grew as the clock fell is outside the split: the plain chase stands
     rows[1] = _row("latency_clock", "l2_capped_cycles", "300", clock_mhz_nvml="1710")
     assert latency_at_clock(rows, "l2", 1816.0) is None
+
+
+def test_a_rate_a_clock_comes_from_each_sms_own_cycles(calibrate):
+    """spanned_rate: an SM's blocks' work over the cycles from its first
+    block's start to its last one's end, by its own clock64 (stamp_span's
+    buffer: per block cycles and ns, then per block start and SM), whatever
+    the timer says; the median over SMs. SM 0 ran two blocks of 100 units
+    side by side over 50 cycles (4 a clock), SM 1 two one after the other
+    (200 over 100 cycles: 2 a clock), SM 2 one alone (100 over 40: 2.5)."""
+    blocks = [(50, 1000, 0), (50, 1000, 0), (40, 1000, 1), (60, 1000, 1), (40, 7, 2)]
+    starts = [10, 10, 5, 45, 0]
+    first_half = [v for cycles, ns, _ in blocks for v in (cycles, ns)]
+    second_half = [v for (_, _, sm), start in zip(blocks, starts) for v in (start, sm)]
+    rate, sms = calibrate.spanned_rate(first_half + second_half, 100.0)
+    assert sms == 3
+    assert rate == pytest.approx(2.5)
+    assert calibrate._clock_of(first_half + second_half)[1] == 50.0     # (stamp's half alone)

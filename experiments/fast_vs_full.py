@@ -2,7 +2,7 @@
 the model against itself (no GPU): thirteen shapes across the four algorithms,
 each predicted with fast=True and fast=False on the h100 profile.
 
-    python experiments/fast_vs_full.py [--out experiments/results/fast_vs_full.csv] [--jobs 2]
+    python experiments/fast_vs_full.py [--out experiments/results/fast_vs_full.csv] [--jobs 2] [--fa1]
 
 The full simulation times every operation of every CTA on the whole GPU
 (seconds to tens of seconds a shape); the fast path simulates one of two
@@ -44,6 +44,11 @@ CASES = [
     ("fa3", 16, 32, 1024, 64, False, None),
 ]
 
+# --fa1: FA1's 24 validation shapes (16k tokens, H = 2048 / D), its default config.
+# Its fast path came out 10-17% under its full simulation on several (session 30).
+FA1_CASES = [("fa1", 16384 // n, 2048 // d, n, d, causal, None)
+             for n in (512, 1024, 2048, 4096, 8192, 16384) for d in (64, 128) for causal in (True, False)]
+
 
 def _one(case):
     algo, b, h, n, d, causal, cfg = case
@@ -77,12 +82,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "experiments/results/fast_vs_full.csv"))
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--fa1", action="store_true",
+                    help="FA1's 24 validation shapes instead (default out: fast_vs_full_fa1.csv)")
     a = ap.parse_args(argv)
+    if a.jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {a.jobs}")
+    cases, command = (FA1_CASES, "python experiments/fast_vs_full.py --fa1") if a.fa1 else \
+        (CASES, "python experiments/fast_vs_full.py")
+    if a.fa1 and a.out == ap.get_default("out"):
+        a.out = str(ROOT / "experiments/results/fast_vs_full_fa1.csv")
     rows = []
     with ProcessPoolExecutor(a.jobs, initializer=_warm_up) as ex:
-        for row in ex.map(_one, CASES):
-            row.update(git_commit=git_commit(), date=time.strftime("%Y-%m-%d"),
-                       command="python experiments/fast_vs_full.py")
+        for row in ex.map(_one, cases):
+            row.update(git_commit=git_commit(), date=time.strftime("%Y-%m-%d"), command=command)
             rows.append(row)
             print(f"{row['algo']:8s} B{row['batch']} H{row['heads']} N{row['seqlen']} D{row['head_dim']} "
                   f"causal={int(row['causal'])} {row['config']}: fast {row['fast_us']:.1f} us, "

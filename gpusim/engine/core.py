@@ -49,7 +49,9 @@ Fast path (fast=True), in two levels, both extrapolating measured time:
 Neither is done for a CTA whose loop carries tiles from one iteration to the
 next through L2 while an iteration's tiles of all CTAs in flight come within
 ROUND_TRIP_BAND of L2's capacity (FA1 near its L2 edge): their hits turn on
-the CTAs' relative timing, finer than extrapolated periods keep it.
+the CTAs' relative timing, finer than extrapolated periods keep it. Away
+from that edge such a CTA's skips pass their tiles through L2 in chunks of
+at most CARRIED_CHUNK of it (Engine._chunks).
 fast=False simulates every operation; tests hold the two paths together.
 """
 from __future__ import annotations
@@ -58,6 +60,7 @@ from dataclasses import dataclass, field
 from bisect import bisect_left, insort
 from heapq import heappop, heappush
 from itertools import chain
+import math
 from math import inf
 
 import simpy
@@ -100,6 +103,12 @@ GHOST_WAVES = 2
 CONVERGED = 0.02
 # A skip's loads pass through L2 in this many chunks, each near its own time.
 REPLAY_CHUNKS = 8
+# ... and, for a CTA whose loop carries tiles through L2, in chunks whose
+# accesses, times the CTAs in flight, come to at most this share of L2
+# (_chunks). FA1 against its full simulation (session 30, this CPU): at 0.5,
+# B4 H32 N4096 D64 causal -18.0%, B8 H32 N2048 D64 causal -14.6%; at 0.25
+# -0.3% and +0.9%, as at 0.125 and at one iteration a chunk.
+CARRIED_CHUNK = 0.25
 # A class whose real CTAs found more than this share of their bytes in L2
 # shares tiles: its ghosts' loads are replayed (Engine._replay_ghost_loads).
 SHARED_HITS = 0.01
@@ -299,11 +308,12 @@ class _Role:
 
 class _Cta:
     __slots__ = ("sm", "barriers", "last_store", "roles", "env", "stores", "all_stored", "together", "arrivals",
-                 "exact", "issued_at", "issued_left")
+                 "exact", "carries", "issued_at", "issued_left")
 
     def __init__(self, sm, barriers, env):
         self.sm = sm
-        self.exact = False          # simulate every iteration (Engine._round_trip_near_capacity)
+        self.exact = False          # simulate every iteration (Engine._round_trip)
+        self.carries = False        # its loop carries tiles through L2: skips replay them an iteration a chunk
         self.arrivals: dict = {}    # (signal, engine) -> a load's then(t) (Engine._load)
         self.together = None        # a _Together for multi-role CTAs (set by _run_cta)
         self.barriers = barriers
@@ -846,7 +856,7 @@ class Engine:
         env, sm = self.env, cta.sm
         replayed = loop.memory is not None
         done, missed = 0, 0
-        for lo, hi in self._chunks(count, per_iteration):
+        for lo, hi in self._chunks(count, per_iteration, cta.carries):
             chunk_start, chunk_end = env._now, env._now + (hi - lo) * period
             work, handles = self._skip_load(sm, per_iteration, hi - lo, period, replayed)
             missed += self._skip_memory(loop, first, lo, hi, per_iteration, chunk_end, replayed, sm)
@@ -923,7 +933,7 @@ class Engine:
         for slot in range(N_COUNTERS):
             role.c[slot] += charged[slot]
 
-    def _chunks(self, count: int, per_iteration):
+    def _chunks(self, count: int, per_iteration, carries: bool = False):
         """[lo, hi) iteration ranges a skip is waited in, its loads and stores
         passing through L2 chunk by chunk, near their own time (all at once,
         a causal fa2 CTA's whole K/V stream entered L2 at its skip and evicted
@@ -936,9 +946,23 @@ class Engine:
         (B1 H16 N4096 D128: 5 MB of Q/O tiles an iteration, 16 CTAs) read
         4.5x and wrote 5.8x the full simulation's HBM bytes in 8 chunks.
         (Chunks sized to the share for every loop moved fa2 64x64 w4 s3 N8192
-        D128 from +4.9% to +11.2% against its full simulation: not done.)"""
-        if (per_iteration[REQ] + per_iteration[STORE]) * self._slots > self.mem.capacity:
+        D128 from +4.9% to +11.2% against its full simulation: not done.)
+        Finer, too, for a CTA whose loop carries tiles through L2
+        (`carries`, Engine._round_trip: FA1's running O, l, m): whether a
+        carried tile is still there when its CTA comes back for it turns on
+        how every CTA's accesses interleave, which eight-iteration pieces
+        coarsen; FA1's inner loops over Q blocks, skipped in eight, found
+        more in L2 and ran 1.5-17% under the full simulation
+        (fast_vs_full.py --fa1: B4 H32 N4096 D64 causal -16.9%, HBM reads
+        -4.8%; an iteration a chunk: -0.1% and -0.2%). Chunks of at most
+        CARRIED_CHUNK of L2 across the CTAs in flight keep that, in a
+        quarter of the chunks (FA1 causal B1 H16 N16k D128: 2.6 s fast, 9.0
+        an iteration a chunk)."""
+        burst = (per_iteration[REQ] + per_iteration[STORE]) * self._slots
+        if burst > self.mem.capacity:
             n = count
+        elif carries:
+            n = min(count, max(REPLAY_CHUNKS, math.ceil(count * burst / (CARRIED_CHUNK * self.mem.capacity))))
         else:
             n = min(count, REPLAY_CHUNKS)
         bounds = [count * j // n for j in range(n + 1)]
@@ -993,7 +1017,7 @@ class Engine:
         replayed = loop.memory is not None
         hbm_paced = self._hbm_paced(pair)
         done, missed = 0, 0
-        for lo, hi in self._chunks(count, per_iteration) if count > 0 else ():
+        for lo, hi in self._chunks(count, per_iteration, cta.carries) if count > 0 else ():
             if skip.stop is not None:
                 if lo >= skip.stop:
                     break
@@ -1074,15 +1098,17 @@ class Engine:
         longest = max(loop.trips for loop in loops)
         return (loops[0].name, tuple(longest - loop.trips for loop in loops))
 
-    def _round_trip_near_capacity(self, program) -> bool:
-        """Does a top-level loop of `program` carry tiles from one iteration
-        to the next (the next touches a tile this one did) while one
-        iteration's tiles, times the CTAs in flight, come within
-        ROUND_TRIP_BAND of L2's capacity? Then whether they are still in L2
-        turns on the CTAs' relative timing to within that band, finer than
-        skipped periods hold it, and a fast-forward can flip their hits into
-        misses or back (ROUND_TRIP_BAND's note). Judged on a middle iteration
-        and the one after it."""
+    def _round_trip(self, program) -> tuple[bool, bool]:
+        """(near capacity, carried): does a top-level loop of `program` carry
+        tiles from one iteration to the next (the next touches a tile this
+        one did: FA1's running O, l, m), and do one iteration's tiles, times
+        the CTAs in flight, come within ROUND_TRIP_BAND of L2's capacity?
+        Near it, whether they are still in L2 turns on the CTAs' relative
+        timing to within that band, finer than skipped periods hold it, and
+        a fast-forward can flip their hits into misses or back
+        (ROUND_TRIP_BAND's note). Judged on a middle iteration and the one
+        after it."""
+        carried = False
         for role in program.roles:
             for item in role.items:
                 if item.__class__ is not Loop or item.memory is None or item.trips < 2:
@@ -1091,11 +1117,12 @@ class Engine:
                 tiles = {op.tile: op.nbytes for op in item.memory(i)}
                 if not any(op.tile in tiles for op in item.memory(i + 1)):
                     continue
+                carried = True
                 footprint = sum(tiles.values()) * self._slots
                 # (without an L2, capacity 0, nothing is carried: never near)
                 if abs(footprint - self.mem.capacity) < ROUND_TRIP_BAND * self.mem.capacity:
-                    return True
-        return False
+                    return True, True
+        return False, carried
 
     def _run_cta(self, launch: Launch, index: int, sm: _SM, cost_class):
         env = self.env
@@ -1107,10 +1134,10 @@ class Engine:
         # What CTAs of one cost class share: their loop keys and how their roles skip
         known = self._class_cache.get(cost_class)
         if known is None:
+            near, carried = self._round_trip(program) if self.fast else (False, False)
             known = self._class_cache[cost_class] = (self._together_plan(program),
-                                                     [{} for _ in program.roles],
-                                                     self.fast and self._round_trip_near_capacity(program))
-        plan, role_keys, cta.exact = known
+                                                     [{} for _ in program.roles], near, carried)
+        plan, role_keys, cta.exact, cta.carries = known
         if plan is not None and not cta.exact:
             cta.together = _Together(*plan)
 
@@ -1454,7 +1481,7 @@ class Engine:
         start = env._now
         busy0 = self._busy_snapshot()
         self._num_warps = launch.threads // 32
-        # cost class -> (_together_plan, per-role loop keys, simulated in full: _round_trip_near_capacity)
+        # cost class -> (_together_plan, per-role loop keys, simulated in full, carries tiles: _round_trip)
         self._class_cache: dict = {}
         slots = [(slot, sm) for slot in range(ctas_per_sm) for sm in self.sms]
         self._slots = min(len(slots), launch.grid)    # CTAs that can run at once

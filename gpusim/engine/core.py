@@ -60,8 +60,7 @@ from dataclasses import dataclass, field
 from bisect import bisect_left, insort
 from heapq import heappop, heappush
 from itertools import chain
-import math
-from math import inf
+from math import ceil, inf
 
 import simpy
 from simpy.events import NORMAL, Initialize, Process, Timeout
@@ -313,7 +312,7 @@ class _Cta:
     def __init__(self, sm, barriers, env):
         self.sm = sm
         self.exact = False          # simulate every iteration (Engine._round_trip)
-        self.carries = False        # its loop carries tiles through L2: skips replay them an iteration a chunk
+        self.carries = False        # its loop carries tiles through L2: skips replay them in small chunks (_chunks)
         self.arrivals: dict = {}    # (signal, engine) -> a load's then(t) (Engine._load)
         self.together = None        # a _Together for multi-role CTAs (set by _run_cta)
         self.barriers = barriers
@@ -962,7 +961,7 @@ class Engine:
         if burst > self.mem.capacity:
             n = count
         elif carries:
-            n = min(count, max(REPLAY_CHUNKS, math.ceil(count * burst / (CARRIED_CHUNK * self.mem.capacity))))
+            n = min(count, max(REPLAY_CHUNKS, ceil(count * burst / (CARRIED_CHUNK * self.mem.capacity))))
         else:
             n = min(count, REPLAY_CHUNKS)
         bounds = [count * j // n for j in range(n + 1)]

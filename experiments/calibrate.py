@@ -84,7 +84,7 @@ __device__ __forceinline__ void stamp(unsigned long long* clk, unsigned long lon
 // stamp, and beyond the grid's 2 x gridDim.x slots the block's clock64 at its
 // start and its SM, so that a rate a clock comes from each SM's own count of its
 // cycles (spanned_rate), with no timer: clock64 over the global timer read
-// 2025-2085 MHz around these loops, above the H100's 1980 MHz top.
+// 2025-2085 MHz around these loops in session 22, above the H100's 1980 MHz top.
 __device__ __forceinline__ void stamp_span(unsigned long long* clk, unsigned long long c0,
                                            unsigned long long t0) {
     stamp(clk, c0, t0);
@@ -2779,8 +2779,9 @@ def mapping(rows):
                  f"({ms_per_clk:.0f} flop a clock an SM) / wgmma tl.dot loop's {per_clk:.0f}", row_ms))
     # units
     # (each SM's own cycles where the run has them: the in-kernel clock,
-    # clock64 over the global timer, read 2025-2085 MHz around these loops,
-    # above the H100's 1980 MHz top, and so took the rates 3-6% low)
+    # clock64 over the global timer, read 2025-2085 MHz around these loops in
+    # session 22, above the H100's 1980 MHz top, and the per-second rates it
+    # divides take the launch's ramp and tail in: 1-7% low against the span)
     for key, bench, what in (
             ("exp2_per_clk_per_sm", "exp2_cuda", "ex2.approx.ftz.f32 (MUFU.EX2) throughput"),
             ("alu_ops_per_clk_per_sm", "ffma_cuda", "fp32 FMA throughput"),

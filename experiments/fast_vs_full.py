@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from algorithms.problem import AttentionProblem, TileConfig  # noqa: E402
 from gpusim import predict  # noqa: E402
+from experiments.validate import HEAD_DIMS, HIDDEN, SEQLENS, TOKENS  # noqa: E402
 from gpusim.artifacts import write_csv  # noqa: E402
 from kernels.provenance import git_commit  # noqa: E402
 
@@ -44,10 +45,11 @@ CASES = [
     ("fa3", 16, 32, 1024, 64, False, None),
 ]
 
-# --fa1: FA1's 24 validation shapes (16k tokens, H = 2048 / D), its default config.
-# Its fast path came out 10-17% under its full simulation on several (session 30).
-FA1_CASES = [("fa1", 16384 // n, 2048 // d, n, d, causal, None)
-             for n in (512, 1024, 2048, 4096, 8192, 16384) for d in (64, 128) for causal in (True, False)]
+# --fa1: FA1's 24 validation shapes (validate.py's sweep: TOKENS tokens, HIDDEN / D
+# heads), its default config. Its fast path came out 10-17% under its full
+# simulation on several (session 30).
+FA1_CASES = [("fa1", TOKENS // n, HIDDEN // d, n, d, causal, None)
+             for n in SEQLENS for d in HEAD_DIMS for causal in (True, False)]
 
 
 def _one(case):

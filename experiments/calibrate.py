@@ -1711,10 +1711,10 @@ def stamped_clock(clk) -> tuple[float, float]:
 
 
 def _clock_of(clk):
-    """SM clock (MHz) from per-block (clock64 cycles, globaltimer ns) pairs:
-    the first 2 x blocks slots of a buffer of 4 x blocks (stamp_span)."""
+    """SM clock (MHz) from per-block (clock64 cycles, globaltimer ns) pairs
+    (stamp's; of stamp_span's buffer, pass its first half)."""
     import numpy as np
-    a = np.asarray(clk).reshape(2, -1)[0].reshape(-1, 2).astype(np.float64)
+    a = np.asarray(clk).reshape(-1, 2).astype(np.float64)
     cyc, ns = a[:, 0], a[:, 1]
     good = ns > 0
     return float(np.median(cyc[good] / ns[good]) * 1e3), float(np.median(cyc[good]))
@@ -1763,7 +1763,7 @@ def bench_cuda(r: Runner, mod):
                 times.append(cupy.cuda.get_elapsed_time(st, en))
         ms = statistics.median(times)
         raw = clk.get()
-        kmhz, cycles = _clock_of(raw)
+        kmhz, cycles = _clock_of(raw[:2 * grid])
         return ms, kmhz, cycles, s.mhz, raw
 
     def spanned(bench, per_block, unit, nv, kmhz, raw):
@@ -1782,20 +1782,20 @@ def bench_cuda(r: Runner, mod):
     per_clk = total / (ms * 1e-3) / (sms * kmhz * 1e6)
     r.add("exp2_cuda", "per_clk_per_sm", per_clk, "1/clk/SM", nv, kmhz,
           detail="rate / (SMs x SM clock read in-kernel: clock64 / globaltimer)")
-    spanned("exp2_cuda", threads * iters * 8.0, "1/clk/SM", nv, kmhz, raw)
+    spanned("exp2_cuda", total / grid, "1/clk/SM", nv, kmhz, raw)
     # FFMA
     ms, kmhz, cyc, nv, raw = run("ffma_loop", iters, (np.float32(0.999), np.float32(0.001)))
     total = grid * threads * iters * 8.0
     r.add("ffma_cuda", "per_clk_per_sm", total / (ms * 1e-3) / (sms * kmhz * 1e6), "FMA/clk/SM", nv,
           kmhz, detail=f"{total / (ms * 1e-3) / 1e12:.2f} T FMA/s; 8 independent chains")
-    spanned("ffma_cuda", threads * iters * 8.0, "FMA/clk/SM", nv, kmhz, raw)
+    spanned("ffma_cuda", total / grid, "FMA/clk/SM", nv, kmhz, raw)
     # SMEM
     iters = 2048
     ms, kmhz, cyc, nv, raw = run("smem_read", iters)
     total = grid * threads * iters * 8 * 16.0
     r.add("smem_read_cuda", "per_clk_per_sm", total / (ms * 1e-3) / (sms * kmhz * 1e6), "B/clk/SM",
           nv, kmhz, detail=f"ld.shared.v4 conflict-free; {total / (ms * 1e-3) / 1e12:.1f} TB/s total")
-    spanned("smem_read_cuda", threads * iters * 8 * 16.0, "B/clk/SM", nv, kmhz, raw)
+    spanned("smem_read_cuda", total / grid, "B/clk/SM", nv, kmhz, raw)
     # mma.sync
     for name, dt, flop_per in (("mma_bf16", "bf16", 2 * 16 * 8 * 16), ("mma_f16", "fp16", 2 * 16 * 8 * 16),
                                ("mma_e4m3", "fp8", 2 * 16 * 8 * 32)):
@@ -2103,7 +2103,7 @@ def bench_cp_async(r: Runner, mod):
         k.max_dynamic_shared_size_bytes = smem
         set_tiles = CP_ASYNC_SET_BYTES // tile_bytes if tile_bytes else 1
         out = cupy.empty(grid * threads, dtype=cupy.float32)
-        clk = cupy.zeros(4 * grid, dtype=cupy.uint64)   # (stamp_span's; stamp fills the first half)
+        clk = cupy.zeros(2 * grid, dtype=cupy.uint64)
         args = (src, np.int32(set_tiles), np.int32(tiles), out, clk)
         k((grid,), (threads,), args, shared_mem=smem)     # warm: the set into L2
         cupy.cuda.Device().synchronize()

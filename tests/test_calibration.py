@@ -200,4 +200,4 @@ def test_a_rate_a_clock_comes_from_each_sms_own_cycles(calibrate):
     rate, sms = calibrate.spanned_rate(first_half + second_half, 100.0)
     assert sms == 3
     assert rate == pytest.approx(2.5)
-    assert calibrate._clock_of(first_half + second_half)[1] == 50.0     # (stamp's half alone)
+    assert calibrate._clock_of(first_half)[1] == 50.0     # (stamp's half, as bench_cuda passes it)

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from bisect import bisect_left, insort
 from heapq import heappop, heappush
 from itertools import chain
-from math import ceil, inf
+from math import ceil, fsum, inf
 
 import simpy
 from simpy.events import NORMAL, Initialize, Process, Timeout
@@ -76,6 +76,11 @@ from .servers import Barrier, Server
 # Counter slots per role: bytes, then seconds of service per unit.
 REQ, MISS, STORE = 0, 1, 2
 SCRATCH = 10       # bytes stored to scratch (spills): never dirty in L2
+# Sums of floats (durations, periods, counters) go through math.fsum, which
+# rounds exactly on every Python: 3.12's sum() compensates its rounding and
+# 3.11's does not, and the fast path's thresholds (STEADY_TOLERANCE,
+# CONVERGED) turned that last bit into different predictions (standard B1
+# H16 N16k D128: 12234 us on Python 3.12, 12884 on 3.11).
 SM_UNITS = ("tensor_cores", "sfu_exp2", "fma_pipe", "smem", "sm_l2_port")
 GLOBAL_UNITS = ("l2_bandwidth", "hbm_bandwidth")
 UNITS = SM_UNITS + GLOBAL_UNITS
@@ -1158,7 +1163,7 @@ class Engine:
         if cta.last_store > env._now:
             yield env.timeout(cta.last_store - env._now)
         self._disturb(sm)
-        totals = [sum(slot) for slot in zip(*(role.c for role in cta.roles))]     # (each slot's, summed over roles)
+        totals = [fsum(slot) for slot in zip(*(role.c for role in cta.roles))]    # (each slot's, summed over roles)
         for s in range(N_COUNTERS):
             self.totals[s] += totals[s]
         if self.tracer is not None:
@@ -1641,12 +1646,12 @@ class _ClassStats:
         # whatever the contention does next (standard's row softmax after QKᵀ
         # turned steady on three that started together as QKᵀ's dirty tiles
         # drained, at 2.90 us a CTA against the full simulation's 2.17: +33%)
-        if starts[-1] - starts[-wave] < sum(d[-wave:]) / wave:
+        if starts[-1] - starts[-wave] < fsum(d[-wave:]) / wave:
             return False
         if wave < 2 * GHOST_SAMPLES:
             return True     # (too few at once for two halves)
         half = wave // 2
-        older, newer = sum(d[-wave:-half]) / (wave - half), sum(d[-half:]) / half
+        older, newer = fsum(d[-wave:-half]) / (wave - half), fsum(d[-half:]) / half
         return abs(newer - older) <= CONVERGED * max(newer, older)
 
     def recent_duration(self) -> float:
@@ -1662,7 +1667,7 @@ class _ClassStats:
         if self.latched is not None:
             return self.latched
         recent = self._complete()[1][-self.wave:]
-        return sum(recent) / len(recent)
+        return fsum(recent) / len(recent)
 
     def shares(self) -> bool:
         """Did its real CTAs find some of their bytes in L2 (tiles other CTAs
@@ -1705,7 +1710,7 @@ class _Together:
         first = max(self.started)
         count = min(end for _, end in self.ready) - first
         if count > 0:
-            self.skip = _Skip(first, count, sum(period for period, _ in self.ready) / len(self.ready),
+            self.skip = _Skip(first, count, fsum(period for period, _ in self.ready) / len(self.ready),
                               len(self.ready), changes)
 
 

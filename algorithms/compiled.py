@@ -1,7 +1,8 @@
 """What the compiler made of our Triton kernels for sm_90 (H100/H200), for
 their schedules, read off cross-compiled binaries by
 experiments/triton_smem_probe.py (experiments/results/triton_smem_fa2.csv,
-triton_smem_fa3.csv and triton_smem_standard_qk.csv; no GPU, no timing):
+triton_smem_fa3.csv, triton_smem_standard_qk.csv and triton_smem_fa1.csv,
+the last registers only; no GPU, no timing):
 - registers per thread (they decide how many CTAs share an SM);
 - fa2's register spills: above all with 4 warps and block_m = 128 at head
   dim 128 (also some D = 64 and D = 256 configs), ptxas runs out of its 255
@@ -119,7 +120,7 @@ def _table(name: str) -> dict:
 
 
 def compiled(kernel: str, problem: AttentionProblem, launch_warps: int, cfg: TileConfig) -> Compiled:
-    """What the probe recorded for `kernel` ("fa2", "fa3" or "standard_qk",
+    """What the probe recorded for `kernel` ("fa2", "fa3", "standard_qk" or "fa1",
     the Triton kernels) at this config launched with `launch_warps` warps;
     NOTHING for configs it did not compile. fp16 reads the bf16 rows (the
     same code but for its conversions); standard_qk computes every tile, so

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from .compiled import compiled as compiled_kernel
 from .errors import InvalidConfig
 from .ops import Alu, Exp, Load, Mma, SmemIO, StepLatency, Store, SyncThreads, Tile, spanned
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
@@ -243,7 +244,13 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
         return CtaProgram((Role("warps", w, (Loop("kv", n_kb, inner, outer_key, memory=outer_memory,
                                                  spans=outer_spans),)),))
 
-    regs = registers_per_thread(cfg.threads, fp32_values=bm * d + bm * bn, packed16_values=bm * bn)
+    # Registers as ptxas assigns them to kernels/fa1.py where the probe compiled
+    # this config (experiments/results/triton_smem_fa1.csv): 150 a thread at
+    # 64x64, 4 warps, D = 64 (184 causal), 227 at D = 128, three and two CTAs
+    # an SM, where this estimate gives 112 and 144 (four at D = 64). SMEM stays
+    # the schedule's: it holds the split-K combine the kernel cannot express.
+    regs = (compiled_kernel("fa1", p, cfg.num_warps, cfg).registers
+            or registers_per_thread(cfg.threads, fp32_values=bm * d + bm * bn, packed16_values=bm * bn))
     launch = Launch("fa1_fwd", bh, cfg.threads, smem_bytes(p, cfg), regs, program,
                     **head_layout(1, bh))
     tensors = attention_tensors(p)

@@ -1,4 +1,4 @@
-"""Cross-compile the fa2 (and fa3, and standard's QKᵀ) Triton kernels for sm_90 on a CPU and record
+"""Cross-compile the fa2 (and fa3, standard's QKᵀ and fa1) Triton kernels for sm_90 on a CPU and record
 the shared memory Triton allocates (metadata.shared), the registers per
 thread ptxas assigns, for fa2 the register spills (stack frame, and the
 bytes a thread stores and reloads per iteration of the hot loop, read off the
@@ -8,11 +8,13 @@ before, between and after those loops (kernels/sass.py), for the grid of configs
 the simulator must cover. algorithms/compiled.py reads them back for the
 schedules.
 
-    PYTHONPATH=. python experiments/triton_smem_probe.py [--jobs 2] [--quick] [--fa3 | --fa3-only | --standard-only | --gluon-only]
+    PYTHONPATH=. python experiments/triton_smem_probe.py [--jobs 2] [--quick] [--fa3 | --fa3-only | --standard-only | --fa1-only | --gluon-only]
 
 Writes experiments/results/triton_smem_fa2.csv (and triton_smem_fa3.csv with
 --fa3, triton_smem_standard_qk.csv with --standard-only: standard's QKᵀ kernel,
-which computes every tile, so causal 0 only; triton_smem_fa3_gluon.csv with
+which computes every tile, so causal 0 only; triton_smem_fa1.csv with --fa1-only:
+kernels/fa1.py at one stage, its launcher's default, SMEM and registers only;
+triton_smem_fa3_gluon.csv with
 --gluon-only: kernels/fa3_gluon.py, FA3's own schedule, over the configs it
 runs, pingpong and not, its consumers' instructions a step unmasked and masked). No GPU needed: triton.compile with GPUTarget("cuda", 90, 32) runs the
 whole pipeline down to a cubin with the bundled ptxas.
@@ -57,6 +59,8 @@ def _one(args):
         from kernels.fa2 import compiled_resources
     elif algo == "fa3":
         from kernels.fa3 import compiled_resources
+    elif algo == "fa1":
+        from kernels.fa1 import compiled_resources
     else:
         from kernels.standard import compiled_resources
     p = AttentionProblem(batch=1, heads=16, seqlen_q=SEQLEN, head_dim=d, causal=bool(causal), dtype=dtype)
@@ -141,6 +145,7 @@ def main(argv=None):
     ap.add_argument("--fa3", action="store_true", help="also probe kernels.fa3 (bf16 and fp8)")
     ap.add_argument("--fa3-only", action="store_true", help="probe kernels.fa3 alone")
     ap.add_argument("--standard-only", action="store_true", help="probe standard's QKᵀ kernel alone")
+    ap.add_argument("--fa1-only", action="store_true", help="probe kernels.fa1 alone (one stage)")
     ap.add_argument("--gluon-only", action="store_true", help="probe kernels.fa3_gluon alone")
     ap.add_argument("--outdir", default=os.path.join("experiments", "results"))
     a = ap.parse_args(argv)
@@ -152,6 +157,8 @@ def main(argv=None):
         return
     if a.standard_only:
         algos = ["standard_qk"]
+    elif a.fa1_only:
+        algos = ["fa1"]
     else:
         algos = (["fa2"] if not a.fa3_only else []) + (["fa3"] if a.fa3 or a.fa3_only else [])
     dims = [128] if a.quick else [64, 128, 256]
@@ -165,6 +172,8 @@ def main(argv=None):
             grid = [g for g in grid if g[4] >= 2]
         if algo == "standard_qk":     # every tile computed: causal changes nothing
             grid = [g for g in grid if g[6] == 0]
+        if algo == "fa1":             # its launcher's one stage: the loops are not pipelined
+            grid = [g for g in grid if g[4] == 1]
         rows = []
         with ProcessPoolExecutor(max_workers=a.jobs) as ex:
             for n, (args, res, err) in enumerate(ex.map(_one, grid), 1):

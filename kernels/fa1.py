@@ -34,8 +34,9 @@ import torch
 import triton
 import triton.language as tl
 
-from algorithms.problem import TileConfig
+from algorithms.problem import AttentionProblem, TileConfig
 
+from . import sass
 from .common import LOG2E, launch, problem_of, resolve_config, resolve_scale
 
 
@@ -117,3 +118,41 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=problem.causal,
            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return (o, lse) if return_lse else o
+
+
+def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90,)) -> dict:
+    """Cross-compile _fa1_fwd for `target` without a GPU: {"smem_bytes":
+    metadata.shared, "n_regs": registers per thread from ptxas}.
+    algorithms/fa1.py reads the registers back through
+    experiments/results/triton_smem_fa1.csv (experiments/triton_smem_probe.py
+    --fa1-only): at 64x64, 4 warps, ptxas gives 150 a thread at D = 64
+    (184 causal) and 227 at D = 128, where the schedule's estimate was 112
+    and 144."""
+    from .common import interpreting
+
+    if interpreting():
+        from .fa2 import _compile_in_subprocess
+        return _compile_in_subprocess("kernels.fa1", problem, config, target)
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    dt = {"bf16": "*bf16", "fp16": "*fp16"}[problem.dtype]
+    sig = {"Q": dt, "K": dt, "V": dt, "O": dt, "LSE": "*fp32", "OW": "*fp32", "LW": "*fp32", "MW": "*fp32",
+           "qk_scale": "fp32", "n_q": "i32", "n_kv": "i32", "causal_off": "i32",
+           "H": "constexpr", "GROUP": "constexpr", "HEAD_DIM": "constexpr",
+           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "CAUSAL": "constexpr"}
+    consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": problem.head_dim,
+              "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "CAUSAL": problem.causal}
+    # the launcher's specialisation: 16-byte aligned pointers (torch
+    # allocations), and the hint on each length that is a multiple of 16
+    names = list(sig)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("Q", "K", "V", "O", "LSE", "OW", "LW", "MW")}
+    attrs.update({(names.index(n),): [["tt.divisibility", 16]]
+                  for n, val in (("n_q", problem.seqlen_q), ("n_kv", problem.seqlen_kv),
+                                 ("causal_off", problem.causal_offset)) if val % 16 == 0})
+    cap = target[0] if isinstance(target, (tuple, list)) else int(target)
+    compiled = triton.compile(ASTSource(fn=_fa1_fwd, signature=sig, constexprs=consts, attrs=attrs),
+                              target=GPUTarget("cuda", cap, 32),
+                              options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+    return {"smem_bytes": int(compiled.metadata.shared),
+            "n_regs": sass.registers(compiled, sass.cuobjdump(compiled, "-res-usage"))}

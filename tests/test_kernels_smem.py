@@ -202,3 +202,26 @@ def test_fa3_triton_probe_rows_match_a_live_compile(dtype):
         (table.registers, table.smem_bytes, table.issue)
     assert (got["stall_prologue"], got["stall_between"], got["stall_epilogue"]) == table.stalls
     assert got["issue_per_iter_masked"] == table.issue_masked
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_fa1_probe_rows_match_a_live_compile_and_set_its_occupancy(causal):
+    """triton_smem_fa1.csv is what kernels/fa1.py compiles to at its default
+    tile, and the fa1 schedule launches with those registers: 150 a thread
+    (184 causal) at D = 64, so three CTAs an SM on an H100 (two causal),
+    where the schedule's own estimate, 112, gave four."""
+    pytest.importorskip("triton")
+    import algorithms
+    from algorithms.compiled import compiled
+    from gpusim.occupancy import occupancy
+    from gpusim.profile import load_profile
+    from kernels.fa1 import compiled_resources
+
+    problem = AttentionProblem(1, 16, 4096, 64, causal=bool(causal))
+    tile = TileConfig(block_m=64, block_n=64, num_warps=4, num_stages=1)
+    got = compiled_resources(problem, tile)
+    table = compiled("fa1", problem, 4, tile)
+    assert (got["n_regs"], got["smem_bytes"]) == (table.registers, table.smem_bytes)
+    launch = algorithms.build("fa1", problem, tile).launches[0]
+    assert launch.regs_per_thread == got["n_regs"]
+    assert occupancy(launch, load_profile("h100")).ctas_per_sm == (2 if causal else 3)

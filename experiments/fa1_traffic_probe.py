@@ -46,11 +46,10 @@ def _fa1_traffic(Q, OW, LW, MW, OW2, LW2, MW2, n_q,
     r_base = bh.to(tl.int64) * n_q
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    t_r = tl.cdiv(n_q, BLOCK_M)
-    t_c = tl.cdiv(n_q, BLOCK_M)     # K/V blocks: block_n = block_m, self-attention
+    blocks = tl.cdiv(n_q, BLOCK_M)  # Q blocks, and K/V blocks (block_n = block_m, self-attention)
     kept = tl.zeros([BLOCK_M], dtype=tl.float32)     # what `read` keeps of its loads
-    for j in range(0, t_c):
-        for i in range(0, t_r):
+    for j in range(0, blocks):
+        for i in range(0, blocks):
             rows = i * BLOCK_M + offs_m
             ok = rows < n_q
             off = q_base + rows[:, None] * HEAD_DIM + offs_d[None, :]

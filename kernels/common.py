@@ -198,6 +198,17 @@ def launch(kernel_grid, *args, **kwargs):
                          "reduce block sizes or num_stages") from None
 
 
+def launch_hints(signature: dict, pointers, ints: dict) -> dict:
+    """The attrs a cross-compile (triton.compile of an ASTSource) needs to
+    build what the launcher builds: torch allocations are 16-byte aligned, and
+    an int argument divisible by 16 gets the same hint (without them loads
+    are not vectorised and the pipeliner skips them). pointers: the pointer
+    arguments' names; ints: int arguments' names -> their values."""
+    names = list(signature)
+    return {(names.index(n),): [["tt.divisibility", 16]]
+            for n in (*pointers, *(n for n, val in ints.items() if val % 16 == 0))}
+
+
 def make_inputs(batch, heads, seqlen_q, head_dim, *, kv_heads=None, seqlen_kv=None,
                 dtype=torch.bfloat16, device="cuda", generator=None, scale=1.0):
     """Random q [B,H,Nq,D], k/v [B,KVH,Nkv,D] ~ N(0, scale²) (never zeros)."""

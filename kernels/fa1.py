@@ -37,7 +37,7 @@ import triton.language as tl
 from algorithms.problem import AttentionProblem, TileConfig
 
 from . import sass
-from .common import LOG2E, launch, problem_of, resolve_config, resolve_scale
+from .common import LOG2E, launch, launch_hints, problem_of, resolve_config, resolve_scale
 
 
 @triton.jit
@@ -143,13 +143,8 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
            "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "CAUSAL": "constexpr"}
     consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": problem.head_dim,
               "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "CAUSAL": problem.causal}
-    # the launcher's specialisation: 16-byte aligned pointers (torch
-    # allocations), and the hint on each length that is a multiple of 16
-    names = list(sig)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("Q", "K", "V", "O", "LSE", "OW", "LW", "MW")}
-    attrs.update({(names.index(n),): [["tt.divisibility", 16]]
-                  for n, val in (("n_q", problem.seqlen_q), ("n_kv", problem.seqlen_kv),
-                                 ("causal_off", problem.causal_offset)) if val % 16 == 0})
+    attrs = launch_hints(sig, ("Q", "K", "V", "O", "LSE", "OW", "LW", "MW"),
+                         {"n_q": problem.seqlen_q, "n_kv": problem.seqlen_kv, "causal_off": problem.causal_offset})
     cap = target[0] if isinstance(target, (tuple, list)) else int(target)
     compiled = triton.compile(ASTSource(fn=_fa1_fwd, signature=sig, constexprs=consts, attrs=attrs),
                               target=GPUTarget("cuda", cap, 32),

@@ -29,7 +29,7 @@ from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
 from . import sass
 from .clocks import global_timer, sm_clock, sm_id
-from .common import LOG2E, launch, problem_of, resolve_config, resolve_scale
+from .common import LOG2E, launch, launch_hints, problem_of, resolve_config, resolve_scale
 from .online_softmax import kv_block_range, mask_scores, softmax_update, store_output
 
 
@@ -192,14 +192,8 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
            "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "CAUSAL": "constexpr"}
     consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": problem.head_dim,
               "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "CAUSAL": problem.causal}
-    # Mirror the launcher's specialisation: torch allocations are 16-byte
-    # aligned, and an int argument divisible by 16 gets the same hint; without
-    # these hints loads are not vectorised and the pipeliner skips them.
-    ints = {"n_q": problem.seqlen_q, "n_kv": problem.seqlen_kv, "causal_off": problem.causal_offset}
-    names = list(sig)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("Q", "K", "V", "O", "LSE")}
-    attrs.update({(names.index(n),): [["tt.divisibility", 16]] for n, val in ints.items()
-                  if val % 16 == 0})
+    attrs = launch_hints(sig, ("Q", "K", "V", "O", "LSE"),
+                         {"n_q": problem.seqlen_q, "n_kv": problem.seqlen_kv, "causal_off": problem.causal_offset})
     src = ASTSource(fn=_fa2_fwd, signature=sig, constexprs=consts, attrs=attrs)
     cap = target[0] if isinstance(target, (tuple, list)) else int(target)
     compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32),

@@ -42,7 +42,7 @@ from algorithms.defaults import fa3_triton_warps
 from algorithms.errors import InvalidProblem
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
-from .common import (LOG2E, ensure_tma_allocator, launch, problem_of, require_hopper, resolve_config,
+from .common import (LOG2E, ensure_tma_allocator, launch, launch_hints, problem_of, require_hopper, resolve_config,
                      resolve_scale)
 from .clocks import global_timer, sm_clock
 from .fa2 import STAMP_SLOTS, _stamp_cta
@@ -318,9 +318,7 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
         pointers, fn = ("Q", "K", "V", "O", "LSE"), _fa3_fwd
     consts["WARP_SPEC"] = _use_warp_spec(config)
     sig.update({name: "constexpr" for name in consts})
-    names = list(sig)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in pointers}
-    attrs.update({(names.index(n),): [["tt.divisibility", 16]] for n, val in ints.items() if val % 16 == 0})
+    attrs = launch_hints(sig, pointers, ints)
     compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                               target=GPUTarget("cuda", target[0], 32),
                               options={"num_warps": fa3_triton_warps(config, fp8),

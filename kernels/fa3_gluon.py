@@ -66,7 +66,7 @@ from algorithms.errors import InvalidConfig, InvalidProblem, UnsupportedAlgorith
 from algorithms.fa3 import o_in_smem, p_in_smem  # where P and O go: the schedule's rules
 from algorithms.problem import AttentionProblem, TileConfig, cdiv
 
-from .common import LOG2E, launch, problem_of, require_hopper, resolve_scale
+from .common import LOG2E, launch, launch_hints, problem_of, require_hopper, resolve_scale
 
 try:  # Gluon ships with Triton >= 3.5; importing it needs no GPU
     from triton.experimental import gluon
@@ -831,8 +831,7 @@ def compiled_info(problem: AttentionProblem, config: TileConfig | None = None, p
     consts = _constexprs(problem, cfg, tdt, pingpong=pingpong, lpt=lpt,
                          scheduled=cfg_persistent(problem) and not lpt and cfg_balanced(problem),
                          p_smem=p_smem, q_regs=q_regs, o_tma=o_tma)
-    names = list(sig)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("O", "LSE")}
+    attrs = launch_hints(sig, ("O", "LSE"), {})
     src = GluonASTSource(fn=_fa3g_fwd, signature=sig, constexprs=consts, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", target, 32),
                               options={"num_warps": 4, "maxnreg": maxnreg})

@@ -35,7 +35,8 @@ from algorithms.errors import InvalidConfig, InvalidProblem
 from algorithms.problem import TileConfig, cdiv
 
 from . import sass
-from .common import ensure_tma_allocator, launch, problem_of, require_hopper, resolve_config, resolve_scale
+from .common import (ensure_tma_allocator, launch, launch_hints, problem_of, require_hopper, resolve_config,
+                     resolve_scale)
 
 
 @triton.jit
@@ -283,12 +284,7 @@ def compiled_resources(problem: AttentionProblem, config: TileConfig, target=(90
            "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
     consts = {"H": problem.heads, "GROUP": problem.group_size, "HEAD_DIM": problem.head_dim,
               "BLOCK_M": config.block_m, "BLOCK_N": config.block_n}
-    # the launcher's specialisation: 16-byte aligned pointers, and the hint on
-    # the lengths when they are multiples of 16 (as kernels/fa2.py's probe)
-    names = list(sig)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("Q", "K", "S")}
-    attrs.update({(names.index(n),): [["tt.divisibility", 16]]
-                  for n, val in (("n_q", problem.seqlen_q), ("n_kv", problem.seqlen_kv)) if val % 16 == 0})
+    attrs = launch_hints(sig, ("Q", "K", "S"), {"n_q": problem.seqlen_q, "n_kv": problem.seqlen_kv})
     cap = target[0] if isinstance(target, (tuple, list)) else int(target)
     compiled = triton.compile(ASTSource(fn=_qk_gemm_rows, signature=sig, constexprs=consts, attrs=attrs),
                               target=GPUTarget("cuda", cap, 32),

@@ -8,7 +8,14 @@ and the same grid, with no products and no softmax (O += Q, so that the
 stores depend on the loads). Variants:
 - `rmw`: FA1's traffic, O, l, m written back where they were read;
 - `read`: the same loads, no stores;
-- `copy`: the same loads, the stores to a second set of buffers.
+- `copy`: the same loads, the stores to a second set of buffers;
+- `fa1`: kernels/fa1.py itself on the same grid (bf16 Q, K, V; its bytes
+  counted as `rmw`'s, FA1's K/V reads aside), to set the probe beside it.
+With `--grids`, one batch and a head count per grid of 132, 264, 396 and 512
+CTAs: one, two and three CTAs an SM and the validation's 512 (FA1 holds three
+an SM at D = 64, two at D = 128: triton_smem_fa1.csv), `rmw` and `fa1` each,
+so that the time FA1 and its traffic take can be read against how many CTAs
+share an SM.
 Each row: the launch's median time (triton.testing.do_bench, L2 flushed
 between calls), the bytes its loads and stores move, and what that is a
 second. Nothing here feeds a profile: it says whether FA1's time at a shape
@@ -27,10 +34,14 @@ import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from algorithms.problem import ACC_BYTES, DTYPE_BYTES  # noqa: E402
+from algorithms.problem import ACC_BYTES, DTYPE_BYTES, TileConfig  # noqa: E402
 import kernels.common  # noqa: E402,F401  (its fix lets Triton's interpreter loop over a scalar)
 
 VARIANTS = ("rmw", "read", "copy")
+GRID_VARIANTS = ("rmw", "fa1")
+# --grids: (seqlen, head_dim) at batch 1 and these head counts (CTAs)
+GRID_SHAPES = ((1024, 64), (2048, 64), (4096, 64), (1024, 128))
+GRID_CTAS = (132, 264, 396, 512)
 # (batch, heads, seqlen, head_dim): the FA1 validation shapes at 16k tokens
 # where the model misses most (B16 H32 N1024 D64: the CI guard's FA1 row)
 SHAPES = ((16, 32, 1024, 64), (32, 32, 512, 64), (8, 32, 2048, 64), (16, 16, 1024, 128))
@@ -83,7 +94,7 @@ def traffic_bytes(batch: int, heads: int, seqlen: int, head_dim: int, variant: s
     steps = batch * heads * seqlen // BLOCK * seqlen // BLOCK
     q = BLOCK * head_dim * DTYPE_BYTES["bf16"]
     olm = BLOCK * head_dim * ACC_BYTES + 2 * BLOCK * ACC_BYTES
-    return steps * (q + olm + (0 if variant == "read" else olm))
+    return steps * (q + olm + (0 if variant == "read" else olm))  # fa1: counted as rmw
 
 
 def run(batch: int, heads: int, seqlen: int, head_dim: int, variant: str, device="cuda", buffers=None) -> float:
@@ -99,10 +110,19 @@ def run(batch: int, heads: int, seqlen: int, head_dim: int, variant: str, device
     if buffers is not None:
         buffers.update(q=q, ws=ws, other=other)
 
-    def launch():
-        _fa1_traffic[(bh,)](q, *ws, *other, seqlen, HEAD_DIM=head_dim,
-                            BLOCK_M=BLOCK, STORE=variant != "read", ELSEWHERE=variant == "copy",
-                            num_warps=WARPS, num_stages=1)
+    if variant == "fa1":
+        from kernels.fa1 import forward
+
+        k, v = (torch.randn_like(q).view(batch, heads, seqlen, head_dim) for _ in range(2))
+        q4 = q.view(batch, heads, seqlen, head_dim)
+
+        def launch():
+            forward(q4, k, v, config=TileConfig(BLOCK, BLOCK, WARPS, 1))
+    else:
+        def launch():
+            _fa1_traffic[(bh,)](q, *ws, *other, seqlen, HEAD_DIM=head_dim,
+                                BLOCK_M=BLOCK, STORE=variant != "read", ELSEWHERE=variant == "copy",
+                                num_warps=WARPS, num_stages=1)
 
     if device != "cuda":
         launch()
@@ -113,6 +133,8 @@ def run(batch: int, heads: int, seqlen: int, head_dim: int, variant: str, device
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--grids", action="store_true",
+                    help="batch 1 at 132, 264, 396 and 512 CTAs, rmw and fa1 (see the docstring)")
     a = ap.parse_args(argv)
     import torch
 
@@ -133,15 +155,18 @@ def main(argv=None) -> int:
         return 2
     prov = provenance("python experiments/fa1_traffic_probe.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     rows = []
-    for b, h, n, d in SHAPES:
-        for variant in VARIANTS:
-            ms = run(b, h, n, d, variant)
-            nbytes = traffic_bytes(b, h, n, d, variant)
-            rows.append({"batch": b, "heads": h, "seqlen": n, "head_dim": d, "variant": variant,
-                         "ctas": b * h, "ms": round(ms, 5), "bytes": nbytes,
-                         "tb_per_s": round(nbytes / ms / 1e9, 3), **prov})
-            print(f"B{b} H{h} N{n} D{d} {variant:5s}: {ms:.4f} ms, {nbytes / 1e9:.2f} GB, "
-                  f"{nbytes / ms / 1e9:.2f} TB/s", flush=True)
+    if a.grids:
+        cases = [(1, ctas, n, d, v) for n, d in GRID_SHAPES for ctas in GRID_CTAS for v in GRID_VARIANTS]
+    else:
+        cases = [(b, h, n, d, v) for b, h, n, d in SHAPES for v in VARIANTS]
+    for b, h, n, d, variant in cases:
+        ms = run(b, h, n, d, variant)
+        nbytes = traffic_bytes(b, h, n, d, variant)
+        rows.append({"batch": b, "heads": h, "seqlen": n, "head_dim": d, "variant": variant,
+                     "ctas": b * h, "ms": round(ms, 5), "bytes": nbytes,
+                     "tb_per_s": round(nbytes / ms / 1e9, 3), **prov})
+        print(f"B{b} H{h} N{n} D{d} {variant:5s}: {ms:.4f} ms, {nbytes / 1e9:.2f} GB, "
+              f"{nbytes / ms / 1e9:.2f} TB/s", flush=True)
     write_csv(a.out, rows)
     return 0
 

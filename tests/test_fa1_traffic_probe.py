@@ -21,6 +21,8 @@ for variant in ("rmw", "read", "copy"):
         assert torch.allclose(o2, q.float()) and torch.all(l2 == 1) and torch.all(o == 0), variant
     else:
         assert torch.all(o == 0) and torch.all(l == 0) and torch.all(l2 == 0), variant
+# FA1 itself on the probe's grid runs (off the GPU it returns nan, no time)
+assert run(1, 2, BLOCK * t_c, 16, "fa1", device="cpu") != run(1, 2, BLOCK * t_c, 16, "fa1", device="cpu")
 # per step: a bf16 Q block and O, l, m (fp32) read, and O, l, m written
 steps = 2 * t_c * t_c
 step_read = BLOCK * 16 * 2 + BLOCK * 16 * 4 + 2 * BLOCK * 4

@@ -135,7 +135,18 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--grids", action="store_true",
                     help="batch 1 at 132, 264, 396 and 512 CTAs, rmw and fa1 (see the docstring)")
+    ap.add_argument("--cases", nargs="+", metavar="HxN",
+                    help="batch 1, H heads (CTAs) at seqlen N, D = 64, rmw and fa1: e.g. 116x1024 "
+                         "(one CTA an SM whose running O, l, m fill 45 MB of the 50 MB L2)")
     a = ap.parse_args(argv)
+    try:
+        picked = [tuple(int(x) for x in c.lower().split("x")) for c in a.cases or ()]
+        if any(len(c) != 2 or min(c) < 1 for c in picked):
+            raise ValueError
+    except ValueError:
+        print(f"fa1_traffic_probe: --cases takes HEADSxSEQLEN with positive integers, e.g. 116x1024; "
+              f"got {' '.join(a.cases)}", file=sys.stderr)
+        return 2
     import torch
 
     from gpusim.artifacts import write_csv
@@ -155,7 +166,9 @@ def main(argv=None) -> int:
         return 2
     prov = provenance("python experiments/fa1_traffic_probe.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     rows = []
-    if a.grids:
+    if picked:
+        cases = [(1, h, n, 64, v) for h, n in picked for v in GRID_VARIANTS]
+    elif a.grids:
         cases = [(1, ctas, n, d, v) for n, d in GRID_SHAPES for ctas in GRID_CTAS for v in GRID_VARIANTS]
     else:
         cases = [(b, h, n, d, v) for b, h, n, d in SHAPES for v in VARIANTS]

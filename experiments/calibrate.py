@@ -577,6 +577,20 @@ def triton_kernels():
                 tl.store(Y + b * BLOCK + offs, val + i)
 
     @triton.jit
+    def l2_round_trip(X, chunks, passes, CHUNK: tl.constexpr):
+        # Each CTA reads its own `chunks` CHUNK-wide pieces of X and writes each
+        # back where it was read (x + 1), piece after piece, `passes` times over:
+        # data read and written back every pass (FA1's running O, l, m; a
+        # working set the next pass finds in L2 or not). Plain ld/st.global.
+        pid = tl.program_id(0)
+        offs = tl.arange(0, CHUNK)
+        base = pid.to(tl.int64) * chunks * CHUNK
+        for p in range(passes):
+            for c in range(chunks):
+                ptr = X + base + c * CHUNK + offs
+                tl.store(ptr, tl.load(ptr) + 1.0)
+
+    @triton.jit
     def tile(P, ROWS: tl.constexpr, COLS: tl.constexpr):
         # the [ROWS, COLS] row-major operand tile at P, loaded once into registers
         return tl.load(P + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :])
@@ -788,7 +802,7 @@ def triton_kernels():
 
     return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, tile_write=tile_write,
                 tma_setup=tma_setup, store_overlap=store_overlap, l2_read=l2_read, l2_shared_read=l2_shared_read,
-                l2_write=l2_write,
+                l2_write=l2_write, l2_round_trip=l2_round_trip,
                 dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, dot_chain=dot_chain,
                 softmax_mix=softmax_mix, exp2_loop=exp2_loop, empty=empty)
 
@@ -1397,6 +1411,41 @@ def bench_launch_fill(r: Runner, K):
                       detail=f"the same launch timed by triton.testing.do_bench (L2 flushed before each "
                              f"call, so the set comes from HBM): {moved >> 20} MB a launch")
     del buf
+
+
+# l2_round_trip: 4 KB pieces (1024 fp32), 4 CTAs of 4 warps an SM; each CTA
+# owns `chunks` pieces, so the working set is sms x 4 x chunks x 4 KB
+# (2.06 MB a chunk on 132 SMs): 4 to 64 chunks span 8-132 MB around the 50 MB L2.
+ROUND_TRIP_CHUNK = 1024
+ROUND_TRIP_CTAS_PER_SM = 4
+ROUND_TRIP_CHUNKS = (4, 8, 10, 12, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 26, 28, 32, 40, 48, 64)
+
+
+def bench_l2_round_trip(r: Runner, K):
+    """How much data read and written back each pass L2 keeps for the next
+    pass: every CTA walks its own part of a working set, reading each piece
+    and writing it back, pass after pass. Below the capacity that L2 keeps,
+    a pass runs at L2's pace; above it, at HBM's. The byte rate at each
+    working set (l2_round_trip rows); mapping() takes the working set where
+    the time a byte falls half-way between the two."""
+    torch = r.torch
+    grid = r.sms * ROUND_TRIP_CTAS_PER_SM
+    piece = ROUND_TRIP_CHUNK * 4
+    big = torch.zeros(grid * max(ROUND_TRIP_CHUNKS) * ROUND_TRIP_CHUNK, device="cuda", dtype=torch.float32)
+    for chunks in ROUND_TRIP_CHUNKS:
+        ws = grid * chunks * piece
+        passes = max(4, -(-(1 << 30) // (2 * ws)))   # at least 1 GB read and written a launch
+
+        def fn():
+            K["l2_round_trip"][(grid,)](big, chunks, passes, CHUNK=ROUND_TRIP_CHUNK, num_warps=4)
+
+        with r.sampler() as s:
+            ms = r.event_loop(fn, n=5)
+        moved = 2 * passes * ws
+        r.add("l2_round_trip", f"{ws}B", moved / (ms * 1e-3) / 1e9, "GB/s", s.mhz,
+              detail=f"working set {ws / 2**20:.1f} MB ({grid} CTAs x {chunks} pieces of {piece} B) read and "
+                     f"written back {passes} times, plain ld/st.global; {ms * 1e3:.0f} us per launch")
+    del big
 
 
 def bench_l2_store(r: Runner, K):
@@ -2411,6 +2460,7 @@ def cmd_run(args) -> int:
              ("store_overlap", lambda: bench_store_overlap(r, K)),
              ("l2", lambda: bench_l2(r, K)),
              ("l2_store", lambda: bench_l2_store(r, K)),
+             ("l2_round_trip", lambda: bench_l2_round_trip(r, K)),
              ("l2_duration", lambda: bench_l2_duration(r, K)),
              ("l2_shared", lambda: bench_l2_shared(r, K)),
              ("l2_ramp", lambda: bench_l2_ramp(r, K)),
@@ -2503,6 +2553,33 @@ def l2_plateau_and_knee(rows):
     mid = (plateau + floor) / 2
     knee = next((mb for mb, bw in pts if bw < mid), None)
     return plateau, knee, pts
+
+
+def l2_round_trip_capacity(rows):
+    """The working set (bytes) at which data read and written back each pass
+    takes half-way between L2's pace and HBM's: the time a byte at the
+    smallest working sets (L2) and at the largest (HBM), each the median of
+    three, and the crossing interpolated linearly between the two working sets
+    that bracket it. None without a crossing (fewer than 7 rows, or no fall)."""
+    pts = []
+    for row in rows:
+        if row["bench"] == "l2_round_trip":
+            try:
+                pts.append((int(row["param"].rstrip("B")), 1.0 / float(row["value"])))
+            except ValueError:
+                pass
+    pts.sort()
+    if len(pts) < 7:
+        return None, pts
+    fast = statistics.median(t for _, t in pts[:3])
+    slow = statistics.median(t for _, t in pts[-3:])
+    if slow <= fast * 1.2:
+        return None, pts
+    mid = (fast + slow) / 2
+    for (w0, t0), (w1, t1) in zip(pts, pts[1:]):
+        if t0 < mid <= t1:
+            return int(w0 + (w1 - w0) * (mid - t0) / (t1 - t0)), pts
+    return None, pts
 
 
 def latency_at_clock(rows, regime: str, profile_mhz: float):
@@ -2846,6 +2923,15 @@ def mapping(rows):
             f"persistent Triton ld.global.cg re-read of a working set, median over working sets "
             f"of 4-32 MB = {plateau:.0f} GB/s (bandwidth falls below half-way to HBM at {knee} MB)",
             row, row.get("clock_mhz_nvml")))
+    kept, pts = l2_round_trip_capacity(rows)
+    if kept:
+        row = next(r for r in rows if r["bench"] == "l2_round_trip")
+        out[("l2", "round_trip_capacity_bytes")] = (kept, cite(
+            f"Triton kernel, 4 CTAs an SM each reading its own part of a working set and writing each piece "
+            f"back, pass after pass (l2_round_trip): the time a byte is half-way between the smallest working "
+            f"sets' ({pts[0][0] / 2**20:.0f}-{pts[2][0] / 2**20:.0f} MB, L2) and the largest ones' "
+            f"({pts[-3][0] / 2**20:.0f}-{pts[-1][0] / 2**20:.0f} MB, HBM) at {kept / 2**20:.1f} MB",
+            row, row.get("clock_mhz_nvml")))
     port = [(float(r["value"]), r) for r in rows if r["bench"] == "l2_sm_port"
             and _val(rows, "l2_sm_port", r["param"])[0]]
     if port and ("l2", "sm_port_bytes_per_clk") in {(s, k) for s in base for k in base[s]
@@ -3093,7 +3179,7 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,tile_write,tma_setup,store_overlap,l2,wgmma,cuda,softmax_mix,"
-                                              "l2_store,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,dot_chain_phase,"
+                                              "l2_store,l2_round_trip,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,dot_chain_phase,"
                                               "exp2_triton,latency,loaded_latency,"
                                               "launch,cta_cycle,cta_stamps")
     p.set_defaults(func=cmd_run)

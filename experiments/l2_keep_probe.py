@@ -55,7 +55,24 @@ def layout(ctas: int, chunk: int, ws_bytes: int, how: str) -> tuple[int, int]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--patterns", nargs="+", metavar="CTAS:PIECE:LAYOUT",
+                    help="instead of PATTERNS: CTAs an SM, piece in bytes (a multiple of 128), packed or pow2; "
+                         "e.g. 2:4096:packed")
     a = ap.parse_args(argv)
+    patterns = PATTERNS
+    if a.patterns:
+        try:
+            patterns = []
+            for spec in a.patterns:
+                per_sm, piece, how = spec.split(":")
+                per_sm, piece = int(per_sm), int(piece)
+                if per_sm < 1 or piece < 128 or piece % 128 or piece & (piece - 1) or how not in ("packed", "pow2"):
+                    raise ValueError
+                patterns.append((per_sm, piece // 4, how))
+        except ValueError:
+            print(f"l2_keep_probe: --patterns takes CTAS:PIECE:LAYOUT (CTAs an SM >= 1, piece a power of two "
+                  f">= 128 bytes, packed or pow2), e.g. 2:4096:packed; got {' '.join(a.patterns)}", file=sys.stderr)
+            return 2
     import torch
 
     from gpusim.artifacts import write_csv
@@ -73,7 +90,7 @@ def main(argv=None) -> int:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     prov = provenance("python experiments/l2_keep_probe.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     rows = []
-    for per_sm, chunk, how in PATTERNS:
+    for per_sm, chunk, how in patterns:
         ctas = sms * per_sm
         for mb in WORKING_SETS_MB:
             chunks, stride = layout(ctas, chunk, mb << 20, how)

@@ -31,6 +31,9 @@ METRICS = ["dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_sector_hit_r
 # round trips: (CTAs an SM, piece bytes, layout, working set MB); fa1: (heads, seqlen)
 ROUND_TRIPS = [(1, 16384, "pow2", mb) for mb in (24, 32, 36, 40, 44, 48)] + \
               [(4, 4096, "packed", mb) for mb in (32, 40, 44, 48, 52)]
+# --clean: the same round trips (1 CTA an SM) with every k-th piece only read
+# (k = 1: all clean; k = 3: a third clean, as FA1's Q beside its O, l, m)
+CLEAN_TRIPS = [(1, 16384, "pow2", mb, k) for k in (1, 3) for mb in (36, 40, 44, 48)]
 FA1_CASES = [(66, 1024), (100, 1024), (116, 1024), (132, 1024)]
 
 
@@ -53,11 +56,12 @@ def target(spec: str) -> None:
         from experiments.l2_keep_probe import _round_trip
 
         per_sm, piece, how, mb = int(args[0]), int(args[1]), args[2], int(args[3])
+        clean = int(args[4]) if len(args) > 4 else 0
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         ctas, chunks, stride, passes, _ = round_trip_case(per_sm, piece, how, mb, sms)
         x = torch.zeros(ctas * stride, device="cuda", dtype=torch.float32)
         for _ in range(2):
-            _round_trip[(ctas,)](x, chunks, stride, passes, CHUNK=piece // 4, num_warps=4)
+            _round_trip[(ctas,)](x, chunks, stride, passes, CHUNK=piece // 4, CLEAN_EVERY=clean, num_warps=4)
     else:
         from algorithms.problem import TileConfig
         from kernels.fa1 import forward
@@ -73,6 +77,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "l2_keep_ncu_h100.csv"))
     ap.add_argument("--target", help=argparse.SUPPRESS)
+    ap.add_argument("--clean", action="store_true", help="only CLEAN_TRIPS: round trips with clean pieces")
     a = ap.parse_args(argv)
     if a.target is not None:
         target(a.target)
@@ -81,7 +86,8 @@ def main(argv=None) -> int:
 
     script = os.path.abspath(__file__)
     rows = []
-    cases = [("rt", c) for c in ROUND_TRIPS] + [("fa1", c) for c in FA1_CASES]
+    cases = ([("rt", c) for c in CLEAN_TRIPS] if a.clean else
+             [("rt", c) for c in ROUND_TRIPS] + [("fa1", c) for c in FA1_CASES])
     for kind, c in cases:
         spec = ":".join(map(str, (kind, *c)))
         got = second_launch(script, spec, "_round_trip" if kind == "rt" else "_fa1_fwd", METRICS)
@@ -91,7 +97,7 @@ def main(argv=None) -> int:
         row = {"case": spec, "dram_read_bytes": read * scale, "dram_write_bytes": write * scale,
                "l2_hit_rate_pct": got.get(METRICS[2], ("", ""))[0]}
         if kind == "rt":
-            ctas, _, _, passes, ws = round_trip_case(*c)
+            ctas, _, _, passes, ws = round_trip_case(*c[:4])
             row.update(working_set_bytes=ws, passes=passes,
                        miss_fraction=round((read * scale - ws) / ((passes - 1) * ws), 4))
         else:

@@ -26,6 +26,8 @@ import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import kernels.common  # noqa: E402,F401  (its fix lets Triton's interpreter loop over a scalar)
+
 # (CTAs an SM, piece in fp32 elements, layout): calibrate.py's pattern first,
 # then one change at a time towards FA1's
 PATTERNS = ((4, 1024, "packed"), (1, 1024, "packed"), (1, 4096, "packed"), (1, 4096, "pow2"),
@@ -34,14 +36,23 @@ WORKING_SETS_MB = (16, 24, 32, 36, 40, 44, 48, 52, 56, 64, 96)
 
 
 @triton.jit
-def _round_trip(X, chunks, stride, passes, CHUNK: tl.constexpr):
+def _round_trip(X, chunks, stride, passes, CHUNK: tl.constexpr, CLEAN_EVERY: tl.constexpr = 0):
+    # CLEAN_EVERY k > 0: every k-th piece is only read (its lines stay clean,
+    # as FA1's Q), the others read and written back (dirty, as its O)
     pid = tl.program_id(0)
     offs = tl.arange(0, CHUNK)
     base = pid.to(tl.int64) * stride
+    kept = tl.zeros([CHUNK], dtype=tl.float32)
     for p in range(passes):
         for c in range(chunks):
             ptr = X + base + c * CHUNK + offs
-            tl.store(ptr, tl.load(ptr) + 1.0)
+            x = tl.load(ptr)
+            if CLEAN_EVERY > 0 and c % CLEAN_EVERY == 0:
+                kept += x
+            else:
+                tl.store(ptr, x + 1.0)
+    if CLEAN_EVERY > 0:   # keeps the clean pieces' loads: one store a CTA, into its first piece
+        tl.store(X + base + offs, kept)
 
 
 def layout(ctas: int, chunk: int, ws_bytes: int, how: str) -> tuple[int, int]:

@@ -1424,10 +1424,11 @@ ROUND_TRIP_CHUNKS = (4, 8, 10, 12, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 26, 2
 def bench_l2_round_trip(r: Runner, K):
     """How much data read and written back each pass L2 keeps for the next
     pass: every CTA walks its own part of a working set, reading each piece
-    and writing it back, pass after pass. Below the capacity that L2 keeps,
-    a pass runs at L2's pace; above it, at HBM's. The byte rate at each
-    working set (l2_round_trip rows); mapping() takes the working set where
-    the time a byte falls half-way between the two."""
+    and writing it back, pass after pass. Below what L2 keeps, a pass runs at
+    L2's pace; above it, at HBM's. The byte rate at each working set
+    (l2_round_trip rows). No profile key reads it: l2.keep_all_bytes comes
+    from ncu's DRAM bytes of the same round trips (experiments/l2_keep_ncu.py),
+    which tell misses from waits; these times say where they begin."""
     torch = r.torch
     grid = r.sms * ROUND_TRIP_CTAS_PER_SM
     piece = ROUND_TRIP_CHUNK * 4
@@ -2555,33 +2556,6 @@ def l2_plateau_and_knee(rows):
     return plateau, knee, pts
 
 
-def l2_round_trip_capacity(rows):
-    """The working set (bytes) at which data read and written back each pass
-    takes half-way between L2's pace and HBM's: the time a byte at the
-    smallest working sets (L2) and at the largest (HBM), each the median of
-    three, and the crossing interpolated linearly between the two working sets
-    that bracket it. None without a crossing (fewer than 7 rows, or no fall)."""
-    pts = []
-    for row in rows:
-        if row["bench"] == "l2_round_trip":
-            try:
-                pts.append((int(row["param"].rstrip("B")), 1.0 / float(row["value"])))
-            except ValueError:
-                pass
-    pts.sort()
-    if len(pts) < 7:
-        return None, pts
-    fast = statistics.median(t for _, t in pts[:3])
-    slow = statistics.median(t for _, t in pts[-3:])
-    if slow <= fast * 1.2:
-        return None, pts
-    mid = (fast + slow) / 2
-    for (w0, t0), (w1, t1) in zip(pts, pts[1:]):
-        if t0 < mid <= t1:
-            return int(w0 + (w1 - w0) * (mid - t0) / (t1 - t0)), pts
-    return None, pts
-
-
 def latency_at_clock(rows, regime: str, profile_mhz: float):
     """A load's latency in cycles at the profile's clock, from latency_clock's
     two chases (alone at the top clock, and with the power cap holding the
@@ -2922,15 +2896,6 @@ def mapping(rows):
         out[("l2", "bandwidth_gbps")] = (round(plateau, 0), cite(
             f"persistent Triton ld.global.cg re-read of a working set, median over working sets "
             f"of 4-32 MB = {plateau:.0f} GB/s (bandwidth falls below half-way to HBM at {knee} MB)",
-            row, row.get("clock_mhz_nvml")))
-    kept, pts = l2_round_trip_capacity(rows)
-    if kept:
-        row = next(r for r in rows if r["bench"] == "l2_round_trip")
-        out[("l2", "round_trip_capacity_bytes")] = (kept, cite(
-            f"Triton kernel, 4 CTAs an SM each reading its own part of a working set and writing each piece "
-            f"back, pass after pass (l2_round_trip): the time a byte is half-way between the smallest working "
-            f"sets' ({pts[0][0] / 2**20:.0f}-{pts[2][0] / 2**20:.0f} MB, L2) and the largest ones' "
-            f"({pts[-3][0] / 2**20:.0f}-{pts[-1][0] / 2**20:.0f} MB, HBM) at {kept / 2**20:.1f} MB",
             row, row.get("clock_mhz_nvml")))
     port = [(float(r["value"]), r) for r in rows if r["bench"] == "l2_sm_port"
             and _val(rows, "l2_sm_port", r["param"])[0]]

@@ -35,6 +35,7 @@ ROUND_TRIPS = [(1, 16384, "pow2", mb) for mb in (24, 32, 36, 40, 44, 48)] + \
 # (k = 1: all clean; k = 3: a third clean, as FA1's Q beside its O, l, m)
 CLEAN_TRIPS = [(1, 16384, "pow2", mb, k) for k in (1, 3) for mb in (36, 40, 44, 48)]
 FA1_CASES = [(66, 1024), (100, 1024), (116, 1024), (132, 1024)]
+H100_L2_BYTES = 50 * 2 ** 20     # NVIDIA H100 whitepaper (hw_profiles/h100.toml l2.capacity_bytes)
 
 
 def round_trip_case(per_sm: int, piece: int, how: str, mb: int, sms: int = 132):
@@ -73,12 +74,46 @@ def target(spec: str) -> None:
     torch.cuda.synchronize()
 
 
+def keep_all_fit(rows, capacity: int) -> tuple[int, float]:
+    """The retention ramp's start (hw_profiles l2.keep_all_bytes) that fits
+    the round trips' miss fractions best in least squares, with the ramp
+    (working set - start) / (capacity - start) clamped to [0, 1], over every
+    round-trip row (any CTAs an SM, clean or dirty) whose working set is at
+    most `capacity`; searched on a 0.1 MB grid. Returns (start, rms error)."""
+    pts = [(int(r["working_set_bytes"]), float(r["miss_fraction"])) for r in rows
+           if r["case"].startswith("rt:") and r["miss_fraction"] not in ("", None)
+           and int(r["working_set_bytes"]) <= capacity]
+    if len(pts) < 3:
+        raise ValueError(f"need 3 round-trip rows within {capacity} B, got {len(pts)}")
+
+    def sse(start):
+        return sum((min(1.0, max(0.0, (w - start) / (capacity - start))) - m) ** 2 for w, m in pts)
+
+    start = min(range(0, capacity, 100_000), key=sse)
+    return start, (sse(start) / len(pts)) ** 0.5
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "l2_keep_ncu_h100.csv"))
     ap.add_argument("--target", help=argparse.SUPPRESS)
     ap.add_argument("--clean", action="store_true", help="only CLEAN_TRIPS: round trips with clean pieces")
+    ap.add_argument("--fit", nargs="+", metavar="CSV",
+                    help="no GPU: print the retention ramp's start (l2.keep_all_bytes) that fits these "
+                         "results' round trips against a 50 MiB L2 (keep_all_fit)")
     a = ap.parse_args(argv)
+    if a.fit:
+        import csv
+
+        try:
+            rows = [r for path in a.fit for r in csv.DictReader(open(path))]
+            start, rms = keep_all_fit(rows, H100_L2_BYTES)
+        except (OSError, KeyError, ValueError) as e:
+            print(f"l2_keep_ncu: cannot fit {' '.join(a.fit)}: {e}", file=sys.stderr)
+            return 2
+        print(f"keep_all_bytes = {start}  ({start / 1e6:.1f} MB; rms miss-fraction error {rms:.3f} "
+              f"over the round trips within {H100_L2_BYTES} B)")
+        return 0
     if a.target is not None:
         target(a.target)
         return 0
@@ -113,3 +148,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+

@@ -36,7 +36,10 @@ SCHEMA: dict[str, dict[str, tuple[type, object, object]]] = {
               "smem_bytes_per_clk_per_sm": (float, 1, 8192),
               "tensor_alu_serial_fraction": (float, 0.0, 1.0),
               "flash_step_latency_cycles": (float, 0.0, 1e5)},
-    "l2": {"capacity_bytes": (int, 0, 1 << 34), "bandwidth_gbps": (float, 1, 1e6),
+    "l2": {"capacity_bytes": (int, 0, 1 << 34),
+           # loads start to miss past this LRU depth (gpusim/engine/l2_lines.py); >= capacity: a plain LRU
+           "keep_all_bytes": (int, 0, 1 << 34),
+           "bandwidth_gbps": (float, 1, 1e6),
            "hit_latency_cycles": (float, 0, 1e5), "sm_port_bytes_per_clk": (float, 1, 4096),
            "sm_store_bytes_per_clk": (float, 1, 4096), "sm_store_bytes_per_clk_per_warp": (float, 0.01, 4096),
            # per SM, by SM id: its L2 round trip less the median SM's (cycles); [] = all alike

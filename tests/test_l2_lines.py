@@ -4,6 +4,7 @@ evictions, dirty write-backs and order, over random mixes of real loads and
 stores, fast-forwarded accesses, anonymous entries and launches. The
 compiled loops index arrays unchecked, so a wrong link would not raise: it
 would quietly change what L2 holds."""
+import math
 from collections import OrderedDict
 
 import simpy
@@ -184,7 +185,7 @@ def test_a_hit_on_a_tile_on_its_way_waits_for_it():
     port = Server("port")
     arrived = {}
     memory.load(0.0, port, Tile("K", 0, 0, 0), 16384, lambda t: arrived.setdefault("first", t))
-    assert memory.load(0.0, port, Tile("K", 0, 0, 0), 16384, lambda t: arrived.setdefault("second", t))
+    assert memory.load(0.0, port, Tile("K", 0, 0, 0), 16384, lambda t: arrived.setdefault("second", t)) == 0
     env.run()
     assert arrived["second"] >= arrived["first"] > memory.dram_latency
     env.run(until=arrived["first"] + 1e-6)
@@ -212,3 +213,125 @@ def test_a_growing_sequence_is_encoded_as_far_as_asked():
     assert len(ids) >= 150
     assert (ids == want[0]).all() and (nbytes == want[1]).all() and (codes == want[2]).all()
     assert codes[10] == l2_lines.SCRATCH_STORE
+
+
+class RampReference(ReferenceL2):
+    """ReferenceL2 with the retention ramp (l2_lines.py): a load that finds
+    its landed line at LRU depth d (its bytes and every newer line's) past
+    `start` misses the fraction f = (d - start) / (capacity - start) of its
+    bytes, floor(f x bytes) (all of them from f = 1 on), and the same share
+    of its dirty bytes goes back to HBM; the line stays, the most recent."""
+
+    def __init__(self, capacity, start, scratch=()):
+        super().__init__(capacity, scratch)
+        self.start = start
+        self.flight: dict = {}
+        self.landing = False    # what memory.load's misses are (touch's are landed)
+
+    def _insert(self, tile, nbytes, dirty):
+        self.flight[tile] = self.landing and not dirty
+        super()._insert(tile, nbytes, dirty)
+
+    def phantom(self, key, nbytes, dirty):
+        landing, self.landing = self.landing, False
+        super().phantom(key, nbytes, dirty)
+        self.landing = landing
+
+    def store(self, tile, nbytes):
+        landing, self.landing = self.landing, False
+        super().store(tile, nbytes)
+        self.landing = landing
+
+    def load(self, tile, nbytes):
+        line = self.lines.get(tile)
+        if line is None or self.flight[tile]:
+            return super().load(tile, nbytes)
+        keys = list(self.lines)
+        depth = sum(self.lines[k][0] for k in keys[keys.index(tile):])
+        f = 0.0 if depth <= self.start else min(1.0, (depth - self.start) / (self.capacity - self.start))
+        missed = nbytes if f >= 1 else math.floor(f * nbytes)
+        self.lines.move_to_end(tile)
+        self.requested += nbytes
+        self.hit += nbytes - missed
+        self.missed += missed
+        size, dirty, launch = line
+        if missed and dirty:
+            dirty_bytes = size if dirty is True else dirty
+            lost = dirty_bytes if f >= 1 else math.floor(f * dirty_bytes)
+            line[1] = True if (lost == 0 and dirty is True) else dirty_bytes - lost
+            if launch != self.launch:
+                self.stale_dirty -= lost
+            self.written += lost
+
+
+@settings(max_examples=150, deadline=None)
+@given(capacity_units=st.integers(1, 40), start_frac=st.floats(0.0, 0.95), script=st.lists(actions, max_size=60))
+def test_lines_with_the_retention_ramp_follow_their_reference(capacity_units, start_frac, script):
+    """The ramp's depths (a Fenwick tree over stamps, renumbered every few
+    dozen insertions here) and the bytes they miss, against the OrderedDict
+    walked."""
+    capacity = capacity_units * UNIT
+    start = int(start_frac * capacity)
+    memory = MemorySystem(H100, simpy.Environment())
+    memory.capacity = capacity
+    memory._scalars = l2_lines.new_scalars(capacity, start, stamps=64)
+    memory.scratch = {"spill"}
+    ref = RampReference(capacity, start, {"spill"})
+    port = Server("port")
+    phantoms = 0
+    for action in script:
+        kind = action[0]
+        if kind == "load":
+            (tile, nbytes) = action[1]
+            memory.load(0.0, port, tile, nbytes, lambda t: None)
+            ref.landing = True
+            ref.load(tile, nbytes)
+            ref.landing = False
+        elif kind == "store":
+            (tile, nbytes) = action[1]
+            memory.store(0.0, port, tile, nbytes, lambda t: None)
+            ref.store(tile, nbytes)
+        elif kind == "touch":
+            ops = [(Store if is_store else Load)(tile, nbytes) for (tile, nbytes), is_store in action[1]]
+            missed = memory.touch(0.0, 1.0, ops)
+            before = ref.missed
+            for op in ops:
+                (ref.store if op.__class__ is Store else ref.load)(op.tile, op.nbytes)
+            assert missed == ref.missed - before
+        elif kind == "phantom":
+            total, dirty_units = action[1] * UNIT, action[2] * UNIT
+            if total <= capacity:
+                phantoms += 1
+                memory._pollute(0.0, total, dirty_units)
+                ref.phantom(("phantom", phantoms), total, dirty_units)
+        else:
+            memory.begin_launch()
+            ref.begin_launch()
+        assert held(memory) == reference_held(ref)
+        assert memory.used == sum(size for size, _, _ in ref.lines.values())
+        assert memory.stale_dirty == ref.stale_dirty
+        assert (memory.requested, memory.hit_bytes, memory.hbm_read) == (ref.requested, ref.hit, ref.missed)
+        assert memory.hbm_write == ref.written
+    assert memory.flush() == ref.flush()
+
+
+def test_round_trips_miss_along_the_ramp():
+    """Each of 64 parts read and written back, pass after pass (as
+    experiments/l2_keep_ncu.py's round trips): a working set within the
+    ramp's start misses nothing after its first pass, one beyond the
+    capacity everything, and one between them the ramp's fraction."""
+    capacity, start = 400 * UNIT, 200 * UNIT
+    for units, want in ((150, 0.0), (300, 0.5), (350, 0.75), (480, 1.0)):
+        memory = MemorySystem(H100, simpy.Environment())
+        memory.capacity = capacity
+        memory._scalars = l2_lines.new_scalars(capacity, start)
+        passes = 40
+        for p in range(passes):
+            ops = []
+            for j in range(units):
+                ops += [Load(Tile("O", 0, 0, j), UNIT), Store(Tile("O", 0, 0, j), UNIT)]
+            memory.touch(0.0, 1.0, ops)
+            if p == 0:
+                first = memory.hbm_read
+        missed = (memory.hbm_read - first) / ((passes - 1) * units * UNIT)
+        assert abs(missed - want) < 0.06, (units, missed, want)

@@ -113,6 +113,8 @@ REPLAY_CHUNKS = 8
 # B4 H32 N4096 D64 causal -18.0%, B8 H32 N2048 D64 causal -14.6%; at 0.25
 # -0.3% and +0.9%, as at 0.125 and at one iteration a chunk.
 CARRIED_CHUNK = 0.25
+# ... and of the width of L2's retention ramp where it has one (Engine._chunks)
+RAMP_CHUNK = 0.05
 # A class whose real CTAs found more than this share of their bytes in L2
 # shares tiles: its ghosts' loads are replayed (Engine._replay_ghost_loads).
 SHARED_HITS = 0.01
@@ -614,15 +616,15 @@ class Engine:
         if self.tracer is not None:
             arrived = self._traced_arrival(arrived, cta, op, now)
         sm = cta.sm
-        hit = mem.load(now, sm.port, op.tile, nbytes, arrived)
+        missed = mem.load(now, sm.port, op.tile, nbytes, arrived)
         c = role.c
         c[REQ] += nbytes
         # self._count_transfer(role, nbytes, mem.port_s_per_byte), inlined
         c[PORT] += nbytes * mem.port_s_per_byte
         c[L2] += nbytes * mem.l2_s_per_byte
-        if not hit:
-            c[MISS] += nbytes
-            c[HBM] += nbytes * mem.hbm_s_per_byte
+        if missed:
+            c[MISS] += missed
+            c[HBM] += missed * mem.hbm_s_per_byte
         if engine != LD:
             # cp.async and TMA deposit the tile in SMEM: its write bandwidth is
             # the same the wgmma operand reads use.
@@ -961,12 +963,20 @@ class Engine:
         -4.8%; an iteration a chunk: -0.1% and -0.2%). Chunks of at most
         CARRIED_CHUNK of L2 across the CTAs in flight keep that, in a
         quarter of the chunks (FA1 causal B1 H16 N16k D128: 2.6 s fast, 9.0
-        an iteration a chunk)."""
+        an iteration a chunk). Where L2's retention ramps (l2_lines.py: a
+        carried tile partly gone past mem.keep_all), a chunk shifts a tile's
+        depth along the ramp, not only across the capacity: chunks of
+        RAMP_CHUNK of the ramp's width then (FA1 causal B1 H14 N4096 D128,
+        44.5 MB of Q/O tiles: HBM reads -24% against the full simulation in
+        chunks of a quarter of L2, -1.5% an iteration a chunk)."""
+        mem = self.mem
         burst = (per_iteration[REQ] + per_iteration[STORE]) * self._slots
-        if burst > self.mem.capacity:
+        if burst > mem.capacity:
             n = count
         elif carries:
-            n = min(count, max(REPLAY_CHUNKS, ceil(count * burst / (CARRIED_CHUNK * self.mem.capacity))))
+            scale = (RAMP_CHUNK * (mem.capacity - mem.keep_all) if 0 <= mem.keep_all < mem.capacity
+                     else CARRIED_CHUNK * mem.capacity)
+            n = min(count, max(REPLAY_CHUNKS, ceil(count * burst / scale)))
         else:
             n = min(count, REPLAY_CHUNKS)
         bounds = [count * j // n for j in range(n + 1)]

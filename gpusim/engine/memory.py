@@ -22,7 +22,8 @@ import numpy as np
 from algorithms.ops import Store
 
 from . import l2_lines as lines_
-from .l2_lines import CAPACITY, CURRENT_LAUNCH, GEN, IN_FLIGHT, KEPT, NOT_KEPT, STALE_DIRTY, USED
+from .l2_lines import (CURRENT_LAUNCH, GEN, IN_FLIGHT, KEPT, NOT_KEPT, PART_EVICTED, PART_MISSED, PARTIAL,
+                       STALE_DIRTY, USED)
 from .servers import Server, SharedServer
 
 # a Load's or Store's tile and bytes (named tuples: fields 0 and 1)
@@ -62,6 +63,8 @@ class MemorySystem:
         HBM (gpusim/symmetry.py)."""
         clock = gpu.clock_hz
         self.capacity = gpu.l2.capacity_bytes // slices
+        # past this depth a load may miss (l2_lines.py: the retention ramp)
+        self.keep_all = gpu.l2.keep_all_bytes // slices
         self.l2 = SharedServer("l2_bandwidth", env)
         self.hbm = SharedServer("hbm_bandwidth", env)
         self.l2_s_per_byte = slices / (gpu.l2.bandwidth_gbps * 1e9)
@@ -79,8 +82,7 @@ class MemorySystem:
         self._ids: dict = {}
         self._lines = lines_.new_lines(1024)
         self._evicted = np.empty((1024, 2))
-        self._scalars = np.zeros(lines_.N_SCALARS)
-        self._scalars[CAPACITY] = self.capacity
+        self._scalars = lines_.new_scalars(self.capacity, self.keep_all)
         self._waiting: dict[int, list] = {}
         # encoded access sequences (encode_sequence), by id(sequence) (the entry holds the sequence)
         self._encoded: dict[int, tuple] = {}
@@ -139,17 +141,21 @@ class MemorySystem:
         for k in range(count):
             self._write_back(now, int(evicted[k, 0]), evicted[k, 1] != 0.0)
 
-    def load(self, now: float, port: Server, tile, nbytes: int, then) -> bool:
+    def load(self, now: float, port: Server, tile, nbytes: int, then) -> int:
         """Bytes of `tile` to an SM whose L2 port is `port`; then(t) learns
-        when they arrive (t >= the time it is called). Returns whether L2 had
-        the tile. A miss is paced by HBM and takes its share of L2 as it
-        passes, unwaited; a hit on a tile still on its way waits for it."""
+        when they arrive (t >= the time it is called). Returns the bytes L2
+        did not have (0: a hit). A miss is paced by HBM and takes its share
+        of L2 as it passes, unwaited; a hit on a tile still on its way waits
+        for it; a tile partly gone (l2_lines.py's retention ramp) waits for
+        HBM to bring that part."""
         self.requested += nbytes
         t_port = port.serve(now, nbytes * self.port_s_per_byte)
         i = self._ids.get(tile)
         if i is None:
             i = self._id(tile)
         ready = lines_.load(self._lines, self._scalars, self._evicted, i, nbytes)
+        if ready == PARTIAL:
+            return self._load_part(now, port, t_port, nbytes, then)
         if ready >= 0.0 or ready == IN_FLIGHT:
             self.hit_bytes += nbytes
             latency = self.l2_latency + port.latency_extra
@@ -160,7 +166,7 @@ class MemorySystem:
             else:
                 arrival = _Arrival(1, ready if ready > floor else floor, latency, then)
             self.l2.request(now, nbytes * self.l2_s_per_byte, arrival.served, port)
-            return True
+            return 0
         self.hbm_read += nbytes
         self.l2.request(now, nbytes * self.l2_s_per_byte, None, port)
         waiters: list = []
@@ -184,7 +190,27 @@ class MemorySystem:
             then(done)
 
         self.hbm.request(now, nbytes * self.hbm_s_per_byte, landed, port)
-        return False
+        return nbytes
+
+    def _load_part(self, now: float, port: Server, t_port: float, nbytes: int, then) -> int:
+        """load() of a tile whose line is in L2 but part of whose bytes are
+        gone (l2_lines.PARTIAL): those come from HBM and the load waits for
+        them; the share of its dirty bytes that went with them was written
+        back (recorded in the lines' evictions)."""
+        scalars = self._scalars
+        missed = int(scalars[PART_MISSED])
+        if scalars[PART_EVICTED]:
+            self._write_backs(now, 1)
+        self.hit_bytes += nbytes - missed
+        self.hbm_read += missed
+        self.l2.request(now, nbytes * self.l2_s_per_byte, None, port)
+        latency = self.dram_latency + port.latency_extra
+
+        def landed(t: float) -> None:
+            then((t if t > t_port else t_port) + latency)
+
+        self.hbm.request(now, missed * self.hbm_s_per_byte, landed, port)
+        return missed
 
     def encode(self, accesses) -> tuple:
         """Loads and Stores as touch() takes them: (tile ids, bytes, codes).

@@ -24,7 +24,7 @@ from collections import Counter
 
 from .compiled import compiled as compiled_kernel
 from .errors import InvalidConfig
-from .ops import Alu, Exp, Load, Mma, SmemIO, StepLatency, Store, SyncThreads, Tile, spanned
+from .ops import LD, Alu, Exp, Load, Mma, SmemIO, StepLatency, Store, SyncThreads, Tile, Wait, spanned
 from .problem import ACC_BYTES, AttentionProblem, TileConfig, cdiv
 from .schedule import attention_tensors, CtaProgram, Launch, Loop, Role, Schedule, TensorSpec, head_layout
 from .smem import check_fits_block, registers_per_thread
@@ -56,6 +56,11 @@ def combine_bytes(cfg: TileConfig, head_dim: int) -> int:
     """SMEM of the split-K combine: one fp32 O partial (the warps add into it
     in turn) plus every warp's row statistics."""
     return cfg.block_m * head_dim * ACC_BYTES + cfg.num_warps * cfg.block_m * STATS_PER_ROW * ACC_BYTES
+
+
+# The barrier that loads issued back to back signal as their bytes arrive; a
+# Wait then takes them together (the kernel's SASS, sm_90: see build).
+LOADED = "loaded"
 
 
 def smem_bytes(problem: AttentionProblem, cfg: TileConfig) -> int:
@@ -118,10 +123,15 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
         # Each Q block's global accesses, built once per CTA (every K/V block
         # repeats them, and the engine replays them when it skips steps):
         # Q, then the running O, l, m it reads back (from K/V block 1 on)...
+        # As kernels/fa1.py compiles for sm_90 (Triton 3.6, D = 64 and 128,
+        # causal or not): Q's LDGs, then its STS into SMEM, which waits for
+        # them; then O's, l's and m's LDGs back to back, waited for together
+        # where O goes through SMEM before the first product. Two round trips
+        # a step: Q's, then O's, l's and m's at once.
         reads = [[Load(Tile("Q", b, h, i), rows * d * e),
-                  Load(Tile("O_acc", b, h, i), rows * d * ACC_BYTES),
-                  Load(Tile("l", b, h, i), rows * ACC_BYTES),
-                  Load(Tile("m", b, h, i), rows * ACC_BYTES)] for i, rows in enumerate(rows_of)]
+                  Load(Tile("O_acc", b, h, i), rows * d * ACC_BYTES, LD, (LOADED,)),
+                  Load(Tile("l", b, h, i), rows * ACC_BYTES, LD, (LOADED,)),
+                  Load(Tile("m", b, h, i), rows * ACC_BYTES, LD, (LOADED,))] for i, rows in enumerate(rows_of)]
         # ... and what it writes: the running O, l, m, or at its last K/V
         # block the final O (input dtype) and logsumexp
         running = [[Store(Tile("O_acc", b, h, i), rows * d * ACC_BYTES),
@@ -141,8 +151,9 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
             pair = kv_blocks.get(j)
             if pair is None:
                 rows_k = min(bn, p.seqlen_kv - j * bn)
-                pair = kv_blocks[j] = [Load(Tile("K", b, kvh, j), rows_k * d * e),
-                                       Load(Tile("V", b, kvh, j), rows_k * d * e)]
+                # (K's and V's LDGs back to back, then their STS: one round trip)
+                pair = kv_blocks[j] = [Load(Tile("K", b, kvh, j), rows_k * d * e, LD, (LOADED,)),
+                                       Load(Tile("V", b, kvh, j), rows_k * d * e, LD, (LOADED,))]
             return pair
 
         def inner(j: int):
@@ -167,7 +178,8 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                 alu = scores * ALU_PER_SCORE + bm * d * (ALU_PER_ACC + ALU_EPILOGUE_PER_OUT)
                 if is_masked(i):
                     alu += scores * ALU_PER_MASKED_SCORE
-                return [*loads,
+                waits = [Wait(LOADED, len(loads) - 1)] if len(loads) > 1 else []   # O, l, m
+                return [*loads, *waits,
                         Mma(bm, bn, d, p.dtype, cfg.mma),   # each warp: bm x (bn/w) of S
                         Alu(alu),                           # then the exp2s, as fa2.step_ops
                         Exp(scores + bm),
@@ -186,7 +198,7 @@ def build(problem: AttentionProblem, cfg: TileConfig) -> Schedule:
                 loads, stores = accesses(j, i0 + k)
                 return [*loads, *stores]
 
-            return [*kv_loads(j), SyncThreads(),
+            return [*kv_loads(j), Wait(LOADED, 2), SyncThreads(),
                     Loop("q", n_qb - i0, step, step_key, memory=step_memory,
                          accesses=_Blocks(blocks_spans, j, i0, n_qb - i0))]
 

@@ -36,7 +36,10 @@ class Tile(NamedTuple):
 class Load(NamedTuple):
     """Global memory -> SM. Async engines deposit into an SMEM buffer and, when
     the bytes have arrived, add one token to each barrier in `signal` (FA3's
-    producer signals every consumer warpgroup's own barrier). A named tuple,
+    producer signals every consumer warpgroup's own barrier). A plain (LD)
+    load stalls its warp until its bytes arrive, or, given `signal`, does
+    not and signals them as they arrive: independent loads the warp issues
+    back to back and a Wait then takes together (FA1's O, l and m). A named tuple,
     as Tile: loads are built for every simulated or skipped iteration, and a
     tuple is made three times faster than a frozen dataclass (0.3 against
     0.8 µs)."""

@@ -112,6 +112,36 @@ def test_fa1_loops_spans_are_their_own_accesses(p, cfg, data):
     assert spanned(inner.accesses.spans(lo, n)) == [op for k in range(lo, lo + n) for op in inner.memory(k)]
 
 
+@settings(max_examples=30, deadline=None)
+@given(problems(), configs())
+def test_fa1_steps_wait_as_the_compiled_kernel_does(p, cfg):
+    """kernels/fa1.py's SASS (sm_90): a step waits for Q's loads (its STS into
+    SMEM), then for O's, l's and m's issued back to back, together; an outer
+    iteration for K's and V's together. So a plain Q load that stalls, the
+    others signalling one barrier that a Wait then takes: two round trips a
+    step, one for K/V."""
+    from algorithms.fa1 import LOADED
+    from algorithms.ops import LD, Load, Wait
+
+    (role,) = algorithms.build("fa1", p, cfg).launches[0].program(0).roles
+    (outer,) = [it for it in role.items if isinstance(it, Loop)]
+    for j in sorted({0, outer.trips - 1}):
+        body = outer.body(j)
+        k, v, wait_kv = body[:3]
+        assert all(op.engine == LD and op.signal == (LOADED,) for op in (k, v))
+        assert wait_kv == Wait(LOADED, 2)
+        (inner,) = [it for it in body if isinstance(it, Loop)]
+        step = inner.body(inner.trips - 1)
+        loads = [op for op in step if isinstance(op, Load)]
+        assert loads[0].tile.tensor == "Q" and loads[0].engine == LD and not loads[0].signal
+        together = loads[1:]
+        assert [op.tile.tensor for op in together] == ([] if j == 0 else ["O_acc", "l", "m"])
+        assert all(op.signal == (LOADED,) for op in together)
+        waits = [op for op in step if isinstance(op, Wait)]
+        assert waits == ([Wait(LOADED, 3)] if together else [])
+        assert step.index(waits[0]) == len(loads) if waits else True
+
+
 @settings(max_examples=40, deadline=None)
 @given(problems(causal=True), configs())
 def test_fa1_causal_visits_the_same_blocks_as_fa2(p, cfg):

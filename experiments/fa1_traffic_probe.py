@@ -22,6 +22,8 @@ second. Nothing here feeds a profile: it says whether FA1's time at a shape
 is HBM's under FA1's mix of reads and writes (validation_notes.md, session 31).
 
     PYTHONPATH=. python experiments/fa1_traffic_probe.py --out $OUT/fa1_traffic_probe_h100.csv
+    PYTHONPATH=. python experiments/fa1_traffic_probe.py --compare experiments/results/fa1_traffic_grids_h100.csv \
+        [--out predicted.csv]      (CPU: the model's FA1 beside each measured `fa1` row)
 """
 from __future__ import annotations
 
@@ -130,15 +132,62 @@ def run(batch: int, heads: int, seqlen: int, head_dim: int, variant: str, device
     return triton.testing.do_bench(launch, warmup=5, rep=50)
 
 
+def compare(path: str, gpu: str, out: str | None) -> int:
+    """The model's FA1 (kernels/fa1.py's default config, fast path) at each
+    measured `fa1` row of `path`, printed and, given `out`, written."""
+    import csv
+
+    import gpusim
+    from algorithms.errors import GpusimError
+    from algorithms.problem import AttentionProblem
+    from gpusim.artifacts import write_csv
+
+    try:
+        measured = [r for r in csv.DictReader(open(path)) if r.get("variant") == "fa1"]
+        shapes = [(int(r["batch"]), int(r["heads"]), int(r["seqlen"]), int(r["head_dim"]), float(r["ms"]))
+                  for r in measured]
+    except (OSError, KeyError, ValueError) as e:
+        print(f"fa1_traffic_probe: cannot read {path}: {e}", file=sys.stderr)
+        return 2
+    if not shapes:
+        print(f"fa1_traffic_probe: {path} has no `fa1` rows to compare", file=sys.stderr)
+        return 2
+    rows = []
+    for b, h, n, d, ms in shapes:
+        problem = AttentionProblem(batch=b, heads=h, seqlen_q=n, head_dim=d)
+        try:
+            pred = gpusim.predict(problem, TileConfig(BLOCK, BLOCK, WARPS, 1), gpu, algo="fa1")
+        except GpusimError as e:
+            print(f"fa1_traffic_probe: {e}", file=sys.stderr)
+            return 2
+        err = pred.runtime_us / 1e3 / ms - 1
+        rows.append({"batch": b, "heads": h, "seqlen": n, "head_dim": d, "measured_ms": ms,
+                     "predicted_ms": round(pred.runtime_us / 1e3, 5), "error": round(err, 4),
+                     "predicted_hbm_read_bytes": pred.hbm_read_bytes, "profile": gpu})
+        print(f"B{b} H{h} N{n} D{d}: measured {ms:.3f} ms, predicted {pred.runtime_us / 1e3:.3f} ms "
+              f"({err:+.1%}), HBM reads {pred.hbm_read_bytes / 1e9:.2f} GB", flush=True)
+    if out:
+        write_csv(out, rows)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="the results CSV (required but with --compare, where it is optional)")
+    ap.add_argument("--compare", metavar="CSV", help="no GPU: predict FA1 (profile --gpu) at each `fa1` row of "
+                                                     "this results file and print it beside the measured time")
+    ap.add_argument("--gpu", default="h100", help="the profile --compare predicts with (default h100)")
     ap.add_argument("--grids", action="store_true",
                     help="batch 1 at 132, 264, 396 and 512 CTAs, rmw and fa1 (see the docstring)")
     ap.add_argument("--cases", nargs="+", metavar="HxN",
                     help="batch 1, H heads (CTAs) at seqlen N, D = 64, rmw and fa1: e.g. 116x1024 "
                          "(one CTA an SM whose running O, l, m fill 45 MB of the 50 MB L2)")
     a = ap.parse_args(argv)
+    if a.compare:
+        return compare(a.compare, a.gpu, a.out)
+    if not a.out:
+        print("fa1_traffic_probe: --out is required (the results CSV)", file=sys.stderr)
+        return 2
     try:
         picked = [tuple(int(x) for x in c.lower().split("x")) for c in a.cases or ()]
         if any(len(c) != 2 or min(c) < 1 for c in picked):

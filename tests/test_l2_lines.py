@@ -7,6 +7,8 @@ would quietly change what L2 holds."""
 import math
 from collections import OrderedDict
 
+import pytest
+
 import simpy
 from hypothesis import given, settings, strategies as st
 
@@ -315,16 +317,19 @@ def test_lines_with_the_retention_ramp_follow_their_reference(capacity_units, st
     assert memory.flush() == ref.flush()
 
 
-def test_round_trips_miss_along_the_ramp():
-    """Each of 64 parts read and written back, pass after pass (as
+@pytest.mark.parametrize("stamps", [1 << 16, 4])
+def test_round_trips_miss_along_the_ramp(stamps):
+    """Pieces read and written back, pass after pass (as
     experiments/l2_keep_ncu.py's round trips): a working set within the
     ramp's start misses nothing after its first pass, one beyond the
-    capacity everything, and one between them the ramp's fraction."""
+    capacity everything, and one between them the ramp's fraction. With 4
+    stamps the first pass runs out of them and the tree grows
+    (MemorySystem._more_stamps), the ramp back on from the second."""
     capacity, start = 400 * UNIT, 200 * UNIT
     for units, want in ((150, 0.0), (300, 0.5), (350, 0.75), (480, 1.0)):
         memory = MemorySystem(H100, simpy.Environment())
         memory.capacity = capacity
-        memory._scalars = l2_lines.new_scalars(capacity, start)
+        memory._scalars = l2_lines.new_scalars(capacity, start, stamps=stamps)
         passes = 40
         for p in range(passes):
             ops = []
@@ -335,3 +340,5 @@ def test_round_trips_miss_along_the_ramp():
                 first = memory.hbm_read
         missed = (memory.hbm_read - first) / ((passes - 1) * units * UNIT)
         assert abs(missed - want) < 0.06, (units, missed, want)
+        if units < 400:
+            assert len(memory._scalars) - l2_lines.N_SCALARS > units >= stamps or stamps > units

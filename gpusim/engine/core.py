@@ -115,8 +115,11 @@ REPLAY_CHUNKS = 8
 # B4 H32 N4096 D64 causal -18.0%, B8 H32 N2048 D64 causal -14.6%; at 0.25
 # -0.3% and +0.9%, as at 0.125 and at one iteration a chunk.
 CARRIED_CHUNK = 0.25
-# ... and of the width of L2's retention ramp where it has one (Engine._chunks)
+# ... and of the width of L2's retention ramp where it has one, for loops
+# whose iterations across the CTAs in flight come to at most RAMP_REACH times
+# L2 (Engine._chunks)
 RAMP_CHUNK = 0.05
+RAMP_REACH = 2.0
 # A class whose real CTAs found more than this share of their bytes in L2
 # shares tiles: its ghosts' loads are replayed (Engine._replay_ghost_loads).
 SHARED_HITS = 0.01
@@ -870,7 +873,7 @@ class Engine:
         env, sm = self.env, cta.sm
         replayed = loop.memory is not None
         done, missed = 0, 0
-        for lo, hi in self._chunks(count, per_iteration, cta.carries):
+        for lo, hi in self._chunks(count, per_iteration, cta.carries, loop.trips):
             chunk_start, chunk_end = env._now, env._now + (hi - lo) * period
             work, handles = self._skip_load(sm, per_iteration, hi - lo, period, replayed)
             missed += self._skip_memory(loop, first, lo, hi, per_iteration, chunk_end, replayed, sm)
@@ -947,7 +950,7 @@ class Engine:
         for slot in range(N_COUNTERS):
             role.c[slot] += charged[slot]
 
-    def _chunks(self, count: int, per_iteration, carries: bool = False):
+    def _chunks(self, count: int, per_iteration, carries: bool = False, trips: int = 0):
         """[lo, hi) iteration ranges a skip is waited in, its loads and stores
         passing through L2 chunk by chunk, near their own time (all at once,
         a causal fa2 CTA's whole K/V stream entered L2 at its skip and evicted
@@ -976,14 +979,18 @@ class Engine:
         depth along the ramp, not only across the capacity: chunks of
         RAMP_CHUNK of the ramp's width then (FA1 causal B1 H14 N4096 D128,
         44.5 MB of Q/O tiles: HBM reads -24% against the full simulation in
-        chunks of a quarter of L2, -1.5% an iteration a chunk)."""
+        chunks of a quarter of L2, -1.5% an iteration a chunk), while the
+        loop's `trips` iterations across the CTAs in flight come to at most
+        RAMP_REACH times L2 (beyond, a carried tile is gone whatever the
+        chunks: FA1 causal B1 H16 N16k D128, 203 MB, took 10.9 s an
+        iteration a chunk against 2.5)."""
         mem = self.mem
         burst = (per_iteration[REQ] + per_iteration[STORE]) * self._slots
         if burst > mem.capacity:
             n = count
         elif carries:
-            scale = (RAMP_CHUNK * (mem.capacity - mem.keep_all) if 0 <= mem.keep_all < mem.capacity
-                     else CARRIED_CHUNK * mem.capacity)
+            on_ramp = 0 <= mem.keep_all < mem.capacity and burst * trips <= RAMP_REACH * mem.capacity
+            scale = RAMP_CHUNK * (mem.capacity - mem.keep_all) if on_ramp else CARRIED_CHUNK * mem.capacity
             n = min(count, max(REPLAY_CHUNKS, ceil(count * burst / scale)))
         else:
             n = min(count, REPLAY_CHUNKS)
@@ -1039,7 +1046,7 @@ class Engine:
         replayed = loop.memory is not None
         hbm_paced = self._hbm_paced(pair)
         done, missed = 0, 0
-        for lo, hi in self._chunks(count, per_iteration, cta.carries) if count > 0 else ():
+        for lo, hi in self._chunks(count, per_iteration, cta.carries, loop.trips) if count > 0 else ():
             if skip.stop is not None:
                 if lo >= skip.stop:
                     break

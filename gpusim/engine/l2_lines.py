@@ -53,7 +53,10 @@ T_REQUESTED, T_HITS, T_MISSED, T_WRITTEN, T_STALE_EVICTED = range(4, 9)
 # ... the retention ramp's start (bytes) and the next stamp to give; load()'s
 # PARTIAL: the bytes that missed and the dirty lines recorded in E
 RAMP_START, NEXT_STAMP, PART_MISSED, PART_EVICTED = 9, 10, 11, 12
-N_SCALARS = 13
+# ... the ramp's start as asked, and 1.0 once more lines than stamps had the
+# ramp set aside (MemorySystem then gives S a longer tree: with_more_stamps)
+RAMP_WANTED, OUT_OF_STAMPS = 13, 14
+N_SCALARS = 15
 # S[N_SCALARS + j - 1], j = 1 .. len(S) - N_SCALARS: the Fenwick tree of the
 # lines' sizes by stamp (new_scalars(stamps))
 
@@ -81,14 +84,26 @@ def compiled(signature: str):
     return wrap
 
 
-def new_scalars(capacity: float, ramp_start: float, stamps: int = 1 << 20) -> np.ndarray:
+def new_scalars(capacity: float, ramp_start: float, stamps: int = 1 << 16) -> np.ndarray:
     """S for an L2 of `capacity` bytes whose loads start to miss past
     `ramp_start` bytes of depth (none if ramp_start >= capacity: no tree);
     `stamps`: the tree's length (stamps given before they are renumbered)."""
     ramp = ramp_start < capacity
     S = np.zeros(N_SCALARS + (stamps if ramp else 0))
     S[CAPACITY], S[RAMP_START], S[NEXT_STAMP] = capacity, ramp_start, 1.0
+    S[RAMP_WANTED] = ramp_start
     return S
+
+
+def with_more_stamps(L: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """S with a tree four times as long, the ramp back on, the lines
+    restamped (after OUT_OF_STAMPS: more lines in L2 than the tree had
+    stamps; the accesses of the call that ran out went without the ramp)."""
+    bigger = np.zeros(N_SCALARS + 4 * (len(S) - N_SCALARS))
+    bigger[:N_SCALARS] = S[:N_SCALARS]
+    bigger[RAMP_START], bigger[OUT_OF_STAMPS] = bigger[RAMP_WANTED], 0.0
+    restamp(L, bigger)
+    return bigger
 
 
 def new_lines(rows: int) -> np.ndarray:
@@ -145,8 +160,9 @@ def _restamp(L, S):
         _tree_add(S, k, L[i, SIZE])
         i = int(L[i, NEXT])
     S[NEXT_STAMP] = k + 1
-    if k + 1 > len(S) - N_SCALARS:      # more lines than stamps: a plain LRU from here
+    if k + 1 > len(S) - N_SCALARS:      # more lines than stamps: a plain LRU until S grows
         S[RAMP_START] = S[CAPACITY]
+        S[OUT_OF_STAMPS] = 1.0
 
 
 @njit(cache=True, inline="always")
@@ -408,6 +424,12 @@ def touch(L, S, ids, nbytes, codes, lo, hi, now):
     S[T_REQUESTED], S[T_HITS], S[T_MISSED], S[T_WRITTEN] = requested, hits, missed, written
     S[T_STALE_EVICTED] = 1.0 if stale_evicted else 0.0
     return missed
+
+
+@compiled("void(float64[:, ::1], float64[::1])")
+def restamp(L, S):
+    """_restamp for with_more_stamps."""
+    _restamp(L, S)
 
 
 @compiled("float64(float64[:, ::1])")

@@ -22,8 +22,8 @@ import numpy as np
 from algorithms.ops import Store
 
 from . import l2_lines as lines_
-from .l2_lines import (CURRENT_LAUNCH, GEN, IN_FLIGHT, KEPT, NOT_KEPT, PART_EVICTED, PART_MISSED, PARTIAL,
-                       STALE_DIRTY, USED)
+from .l2_lines import (CURRENT_LAUNCH, GEN, IN_FLIGHT, KEPT, NOT_KEPT, OUT_OF_STAMPS, PART_EVICTED, PART_MISSED,
+                       PARTIAL, STALE_DIRTY, USED)
 from .servers import Server, SharedServer
 
 # a Load's or Store's tile and bytes (named tuples: fields 0 and 1)
@@ -135,6 +135,11 @@ class MemorySystem:
         self._lines = lines_.grown(self._lines, rows)
         self._evicted = np.empty((rows, 2))
 
+    def _more_stamps(self) -> None:
+        """More lines in L2 than the retention ramp's tree had stamps for: a
+        longer one (l2_lines.with_more_stamps)."""
+        self._scalars = lines_.with_more_stamps(self._lines, self._scalars)
+
     def _write_backs(self, now: float, count: int) -> None:
         """The `count` dirty lines an insertion just evicted go to HBM."""
         evicted = self._evicted
@@ -154,6 +159,8 @@ class MemorySystem:
         if i is None:
             i = self._id(tile)
         ready = lines_.load(self._lines, self._scalars, self._evicted, i, nbytes)
+        if self._scalars[OUT_OF_STAMPS]:
+            self._more_stamps()
         if ready == PARTIAL:
             return self._load_part(now, port, t_port, nbytes, then)
         if ready >= 0.0 or ready == IN_FLIGHT:
@@ -284,6 +291,9 @@ class MemorySystem:
         stale_evicted = False
         for ids, nbytes, codes, lo, hi in encoded:
             lines_.touch(lines, scalars, ids, nbytes, codes, lo, hi, now)
+            if scalars[OUT_OF_STAMPS]:
+                self._more_stamps()
+                scalars = self._scalars
             self.requested += int(scalars[lines_.T_REQUESTED])
             self.hit_bytes += int(scalars[lines_.T_HITS])
             missed += int(scalars[lines_.T_MISSED])
@@ -315,6 +325,8 @@ class MemorySystem:
         if i is None:
             i = self._id(tile)      # (before the arrays are passed: it may grow them)
         evicted = lines_.store(self._lines, self._scalars, self._evicted, i, nbytes, scratch, now)
+        if self._scalars[OUT_OF_STAMPS]:
+            self._more_stamps()
         if evicted == lines_.TOO_LARGE:
             if not scratch:
                 self._write_back(now, nbytes)
@@ -376,6 +388,8 @@ class MemorySystem:
             # its written bytes dirty, written back when it leaves
             evicted = lines_.insert_phantom(self._lines, self._scalars, self._evicted, i, total, now,
                                             int(written_bytes) if written_bytes >= 1 else 0)
+            if self._scalars[OUT_OF_STAMPS]:
+                self._more_stamps()
             if evicted:
                 self._write_backs(now, evicted)
 

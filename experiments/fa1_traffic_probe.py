@@ -198,17 +198,14 @@ def main(argv=None) -> int:
         return 2
     import torch
 
-    from gpusim.artifacts import write_csv
+    from algorithms.errors import GpusimError
+    from gpusim.artifacts import ensure_dir, write_csv
     from kernels.provenance import provenance
 
-    out_dir = os.path.dirname(os.path.abspath(a.out))
     try:    # before the GPU work: a results file that cannot be written loses the run
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as e:
-        print(f"fa1_traffic_probe: cannot write {a.out}: {e.strerror}", file=sys.stderr)
-        return 2
-    if not os.access(out_dir, os.W_OK):
-        print(f"fa1_traffic_probe: cannot write {a.out}: {out_dir} is not writable", file=sys.stderr)
+        ensure_dir(os.path.dirname(os.path.abspath(a.out)))
+    except GpusimError as e:
+        print(f"fa1_traffic_probe: cannot write {a.out}: {e}", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
         print("fa1_traffic_probe: needs a CUDA GPU", file=sys.stderr)

@@ -86,14 +86,14 @@ def main(argv=None) -> int:
             return 2
     import torch
 
-    from gpusim.artifacts import write_csv
+    from algorithms.errors import GpusimError
+    from gpusim.artifacts import ensure_dir, write_csv
     from kernels.provenance import provenance
 
-    out_dir = os.path.dirname(os.path.abspath(a.out))
     try:    # before the GPU work: a results file that cannot be written loses the run
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as e:
-        print(f"l2_keep_probe: cannot write {a.out}: {e.strerror}", file=sys.stderr)
+        ensure_dir(os.path.dirname(os.path.abspath(a.out)))
+    except GpusimError as e:
+        print(f"l2_keep_probe: cannot write {a.out}: {e}", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
         print("l2_keep_probe: needs a CUDA GPU", file=sys.stderr)

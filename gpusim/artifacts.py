@@ -21,6 +21,9 @@ DEFAULT_RESULTS = Path("results")
 
 
 def ensure_dir(path) -> Path:
+    """The folder `path`, made if missing; GpusimError (one line) if it cannot
+    be made or written into. (GPU probes call it before their GPU work, so a
+    results file that cannot be written does not lose the run.)"""
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -28,6 +31,8 @@ def ensure_dir(path) -> Path:
         raise GpusimError(f"cannot create output folder {path}: {exc.strerror}") from None
     if not path.is_dir():
         raise GpusimError(f"output path {path} exists and is not a folder")
+    if not os.access(path, os.W_OK):
+        raise GpusimError(f"output folder {path} is not writable")
     return path
 
 

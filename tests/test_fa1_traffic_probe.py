@@ -1,10 +1,5 @@
 """experiments/fa1_traffic_probe.py moves FA1's inner-loop traffic: checked
 on the CPU through Triton's interpreter on a small shape."""
-import os
-import subprocess
-import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = """
 import torch
@@ -33,9 +28,5 @@ print("ok")
 """
 
 
-def test_the_probe_moves_fa1s_traffic_in_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": ROOT}
-    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=ROOT, env=env,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().endswith("ok")
+def test_the_probe_moves_fa1s_traffic_in_the_interpreter(run_interpreted):
+    run_interpreted(SCRIPT)

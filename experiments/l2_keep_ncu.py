@@ -26,7 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from experiments.ncu_counters import second_launch  # noqa: E402
+from experiments.ncu_counters import counter_bytes, second_launch  # noqa: E402
 
 METRICS = ["dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_sector_hit_rate.pct"]
 # round trips: (CTAs an SM, piece bytes, layout, working set MB); fa1: (heads, seqlen)
@@ -137,10 +137,8 @@ def main(argv=None) -> int:
     for kind, c in cases:
         spec = ":".join(map(str, (kind, *c)))
         got = second_launch(script, spec, "_round_trip" if kind == "rt" else "_fa1_fwd", METRICS)
-        read, write = (float(got[m][0].replace(",", "")) for m in METRICS[:2])
-        unit = got[METRICS[0]][1]
-        scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(unit, float("nan"))
-        row = {"case": spec, "dram_read_bytes": read * scale, "dram_write_bytes": write * scale,
+        row = {"case": spec, "dram_read_bytes": counter_bytes(got, METRICS[0]),
+               "dram_write_bytes": counter_bytes(got, METRICS[1]),
                "l2_hit_rate_pct": got.get(METRICS[2], ("", ""))[0]}
         if kind == "rt":
             ctas, _, _, passes, ws = round_trip_case(*c[:4])

@@ -14,13 +14,16 @@ import subprocess
 import sys
 
 
-def second_launch(script: str, target: str, kernel_regex: str, metrics: list[str]) -> dict:
+def second_launch(script: str, target: str, kernel_regex: str, metrics: list[str],
+                  cache_control: str = "all") -> dict:
     """{counter: (value, unit)} of the second launch of the kernel matching
     kernel_regex that `python script --target target` makes; counters ncu
     does not report are left out. Ends the run with ncu's output when it
-    reports nothing."""
+    reports nothing. cache_control "all": ncu flushes the caches before the
+    launch; "none": the launch finds L2 as the script left it."""
     ncu = shutil.which("ncu") or "ncu"
-    cmd = [ncu, "--clock-control", "none", "--kernel-name", f"regex:{kernel_regex}", "--launch-skip", "1",
+    cmd = [ncu, "--clock-control", "none", "--cache-control", cache_control,
+           "--kernel-name", f"regex:{kernel_regex}", "--launch-skip", "1",
            "--launch-count", "1", "--metrics", ",".join(metrics), "--csv", "--page", "raw",
            sys.executable, script, "--target", target]
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -30,6 +33,15 @@ def second_launch(script: str, target: str, kernel_regex: str, metrics: list[str
         raise SystemExit(f"ncu gave no counters for {script} --target {target}")
     header, units, values = (next(csv.reader([ln])) for ln in lines[:3])
     return {hd: (val, unit) for hd, unit, val in zip(header, units, values) if hd in metrics}
+
+
+def counter_bytes(got: dict, metric: str) -> float:
+    """A byte counter of second_launch's answer in bytes (ncu scales each
+    counter's unit on its own: Mbyte beside Gbyte)."""
+    from experiments.validate import unit_scale
+
+    value, unit = got[metric]
+    return float(value.replace(",", "")) * unit_scale(unit)
 
 
 def fa2_spec(block_m: int, block_n: int, warps: int, stages: int, causal: int) -> str:

@@ -1634,14 +1634,21 @@ def bench_dot_pair(r: Runner, K):
 # (BM, BN, D, warps): flash-attention step shapes (block_m, block_n, head dim).
 DOT_CHAINS = ((64, 32, 128, 4), (64, 64, 128, 4), (128, 64, 128, 8), (128, 64, 128, 4),
               (64, 64, 64, 4), (128, 64, 64, 8))
+# Held out (rows `dot_chain_wide`, which no profile number is reduced from):
+# steps 128 keys wide, whose fa2 configs the model takes 5-8% faster than
+# their 64-wide twins against the measured sweep (validation_notes.md, session
+# 33); 128x128 at D = 128 only with 8 warps (4 would spill).
+WIDE_DOT_CHAINS = ((64, 128, 64, 4), (64, 128, 128, 4), (128, 128, 64, 4), (128, 128, 64, 8),
+                   (128, 128, 128, 8))
 
 
-def bench_dot_chain(r: Runner, K):
+def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain"):
     """Time per iteration of the dependent chain S = A·B -> exp2, row max ->
-    acc += P·V with 1, 2 and 4 CTAs per SM (rows `dot_chain`). With one CTA an
-    iteration costs the chain's round trip; with more, the SM's throughput."""
+    acc += P·V with 1, 2 and 4 CTAs per SM (rows `bench`). With one CTA an
+    iteration costs the chain's round trip; with more, the SM's throughput.
+    shapes: (BM, BN, D, warps), DOT_CHAINS unless given."""
     torch = r.torch
-    for bm, bn, d, warps in DOT_CHAINS:
+    for bm, bn, d, warps in shapes or DOT_CHAINS:
         a = (torch.randn(bm, d, device="cuda") * 0.1).to(torch.bfloat16)
         b = (torch.randn(d, bn, device="cuda") * 0.1).to(torch.bfloat16)
         v = (torch.randn(bn, d, device="cuda") * 0.1).to(torch.bfloat16)
@@ -1660,12 +1667,12 @@ def bench_dot_chain(r: Runner, K):
             with r.sampler() as s:
                 ms = r.event_loop(fn, n=7)
             kmhz, cta_cycles = stamped_clock(clk)
-            r.add("dot_chain", f"{bm}x{bn}x{d}_w{warps}_x{per_sm}", ms * 1e3 / iters, "us/iter", s.mhz, kmhz,
+            r.add(bench, f"{bm}x{bn}x{d}_w{warps}_x{per_sm}", ms * 1e3 / iters, "us/iter", s.mhz, kmhz,
                   detail=f"{grid} CTAs ({per_sm} per SM, if registers allow: "
                          f"{getattr(compiled, 'n_regs', '?')} a thread) x {iters} iters; "
                          f"smem {compiled.metadata.shared} B; {ms:.3f} ms; flops/iter/CTA {4 * bm * bn * d}; "
                          f"kernel clock: clock64 over the global timer in each CTA of the last launch, median")
-            r.add("dot_chain_cta_cycles", f"{bm}x{bn}x{d}_w{warps}_x{per_sm}", cta_cycles / iters,
+            r.add(f"{bench}_cta_cycles", f"{bm}x{bn}x{d}_w{warps}_x{per_sm}", cta_cycles / iters,
                   "clk/iter", s.mhz, kmhz,
                   detail="a CTA's clock64 from its start to its end over its iterations (median CTA of "
                          "the last launch): cycles on the SM that ran it, whatever its clock")
@@ -2471,6 +2478,7 @@ def cmd_run(args) -> int:
              ("dot_exp_overlap", lambda: bench_dot_exp_overlap(r, K)),
              ("dot_pair", lambda: bench_dot_pair(r, K)),
              ("dot_chain", lambda: bench_dot_chain(r, K)),
+             ("dot_chain_wide", lambda: bench_dot_chain(r, K, WIDE_DOT_CHAINS, "dot_chain_wide")),
              ("dot_chain_phase", lambda: bench_dot_chain_phase(r, K)),
              ("cuda", lambda: mod and bench_cuda(r, mod)),
              ("exp2_triton", lambda: bench_exp2_triton(r, K)),
@@ -2642,7 +2650,7 @@ def cmd_loops(args) -> int:
     import triton
     from kernels.provenance import git_commit
     rows = []
-    for bm, bn, d, warps in DOT_CHAINS:
+    for bm, bn, d, warps in DOT_CHAINS + WIDE_DOT_CHAINS:
         loop = compile_dot_chain_loop(bm, bn, d, warps)
         rows.append({"shape": f"{bm}x{bn}x{d}", "num_warps": warps, "issue_per_iter": loop["issue"],
                      "mufu_per_iter": loop["mufu"], "stall_clocks_per_iter": loop["stall_clocks"],
@@ -3144,7 +3152,7 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,tile_write,tma_setup,store_overlap,l2,wgmma,cuda,softmax_mix,"
-                                              "l2_store,l2_round_trip,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,dot_chain_phase,"
+                                              "l2_store,l2_round_trip,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,dot_chain_wide,dot_chain_phase,"
                                               "exp2_triton,latency,loaded_latency,"
                                               "launch,cta_cycle,cta_stamps")
     p.set_defaults(func=cmd_run)

@@ -17,10 +17,10 @@ CSV = os.path.join(os.path.dirname(__file__), "..", "experiments", "results", "c
 ITERATIONS = 2048  # as the microbenchmark runs them
 
 
-def _rows():
+def _rows(bench: str = "dot_chain"):
     out = []
     for r in csv.DictReader(open(CSV)):
-        if r["bench"] != "dot_chain":
+        if r["bench"] != bench:
             continue
         bm, bn, d, warps, per_sm = map(int, re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)", r["param"]).groups())
         regs = int(re.search(r"allow: (\d+) a thread", r["detail"]).group(1))
@@ -62,20 +62,25 @@ def _chain_schedule(bm, bn, d, warps, grid, regs, smem):
     return Schedule("dot_chain", problem, None, (launch,), {})
 
 
-@pytest.fixture(scope="module")
-def replayed():
+def _replay(rows):
+    """(shape and CTAs an SM, the engine's cycles a step, the measured ones) of each row."""
     from gpusim.engine import simulate
     from gpusim.profile import load_profile
 
     gpu = load_profile("h100.measured")   # the on-chip rates these rows were reduced with
-    rows = _rows()
-    assert len(rows) >= 18
     out = []
     for bm, bn, d, warps, per_sm, regs, smem, measured in rows:
         schedule = _chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem)
         predicted = simulate(schedule, gpu).runtime_s * gpu.clock_hz / ITERATIONS   # cycles a step
         out.append(((bm, bn, d, warps, per_sm), predicted, measured))
     return out
+
+
+@pytest.fixture(scope="module")
+def replayed():
+    rows = _rows()
+    assert len(rows) >= 18
+    return _replay(rows)
 
 
 def test_two_warpgroups_fill_each_others_chain(replayed):
@@ -97,6 +102,24 @@ def test_chain_rows_within_bounds(replayed):
     the chain's latency and two-role split: 12.3%, rows up to 33% off)."""
     errors = {key: predicted / measured - 1 for key, predicted, measured in replayed}
     assert max(abs(e) for e in errors.values()) <= 0.25, errors
+    assert sum(abs(e) for e in errors.values()) / len(errors) <= 0.10, errors
+
+
+def test_steps_128_keys_wide_held_out():
+    """calibrate.py dot_chain_wide (H100, session 33): five step shapes 128
+    keys wide, which no profile number was reduced from, at 1, 2 and 4 CTAs
+    an SM. The engine held them to a mean |error| of 9.7%, every row within
+    29%. Where it errs (validation_notes.md, session 33): 128x128 steps take
+    9-13% longer on the GPU than the engine says (w4 at D = 64, w8 at
+    D = 128), the twins of the fa2 configs it ranks too fast; 64x128 at
+    D = 128 with two CTAs an SM hides its softmax under the other CTA's
+    products almost whole (1095 cycles a step, its products 1030), where
+    the engine charges +29%. One overlap fraction for every shape cannot
+    give both."""
+    replayed = _replay(_rows("dot_chain_wide"))
+    assert len(replayed) == 15
+    errors = {key: predicted / measured - 1 for key, predicted, measured in replayed}
+    assert max(abs(e) for e in errors.values()) <= 0.30, errors
     assert sum(abs(e) for e in errors.values()) / len(errors) <= 0.10, errors
 
 

@@ -1640,6 +1640,13 @@ DOT_CHAINS = ((64, 32, 128, 4), (64, 64, 128, 4), (128, 64, 128, 8), (128, 64, 1
 # 33); 128x128 at D = 128 only with 8 warps (4 would spill).
 WIDE_DOT_CHAINS = ((64, 128, 64, 4), (64, 128, 128, 4), (128, 128, 64, 4), (128, 128, 64, 8),
                    (128, 128, 128, 8))
+# ... and the other step shapes of fa2's config grid (block_m 64/128, block_n
+# 32/64/128, 4/8 warps, D 64/128; rows `dot_chain_more`), but 128x128 with 4
+# warps at D = 128, which spills: with the two lists above, every one the
+# validation sweep runs (session 33)
+MORE_DOT_CHAINS = ((64, 32, 64, 4), (64, 32, 64, 8), (64, 32, 128, 8), (64, 64, 64, 8), (64, 64, 128, 8),
+                   (64, 128, 64, 8), (64, 128, 128, 8), (128, 32, 64, 4), (128, 32, 64, 8), (128, 32, 128, 4),
+                   (128, 32, 128, 8), (128, 64, 64, 4))
 
 
 def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain"):
@@ -2479,6 +2486,7 @@ def cmd_run(args) -> int:
              ("dot_pair", lambda: bench_dot_pair(r, K)),
              ("dot_chain", lambda: bench_dot_chain(r, K)),
              ("dot_chain_wide", lambda: bench_dot_chain(r, K, WIDE_DOT_CHAINS, "dot_chain_wide")),
+             ("dot_chain_more", lambda: bench_dot_chain(r, K, MORE_DOT_CHAINS, "dot_chain_more")),
              ("dot_chain_phase", lambda: bench_dot_chain_phase(r, K)),
              ("cuda", lambda: mod and bench_cuda(r, mod)),
              ("exp2_triton", lambda: bench_exp2_triton(r, K)),
@@ -2650,7 +2658,7 @@ def cmd_loops(args) -> int:
     import triton
     from kernels.provenance import git_commit
     rows = []
-    for bm, bn, d, warps in DOT_CHAINS + WIDE_DOT_CHAINS:
+    for bm, bn, d, warps in DOT_CHAINS + WIDE_DOT_CHAINS + MORE_DOT_CHAINS:
         loop = compile_dot_chain_loop(bm, bn, d, warps)
         rows.append({"shape": f"{bm}x{bn}x{d}", "num_warps": warps, "issue_per_iter": loop["issue"],
                      "mufu_per_iter": loop["mufu"], "stall_clocks_per_iter": loop["stall_clocks"],
@@ -3152,7 +3160,7 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,tile_write,tma_setup,store_overlap,l2,wgmma,cuda,softmax_mix,"
-                                              "l2_store,l2_round_trip,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,dot_chain_wide,dot_chain_phase,"
+                                              "l2_store,l2_round_trip,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,dot_chain_wide,dot_chain_more,dot_chain_phase,"
                                               "exp2_triton,latency,loaded_latency,"
                                               "launch,cta_cycle,cta_stamps")
     p.set_defaults(func=cmd_run)

@@ -10,72 +10,12 @@ error stays bounded."""
 import csv
 import os
 import re
+import sys
 
 import pytest
 
-CSV = os.path.join(os.path.dirname(__file__), "..", "experiments", "results", "calibration_h100.csv")
-ITERATIONS = 2048  # as the microbenchmark runs them
-
-
-def _rows(bench: str = "dot_chain"):
-    out = []
-    for r in csv.DictReader(open(CSV)):
-        if r["bench"] != bench:
-            continue
-        bm, bn, d, warps, per_sm = map(int, re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)", r["param"]).groups())
-        regs = int(re.search(r"allow: (\d+) a thread", r["detail"]).group(1))
-        smem = int(re.search(r"smem (\d+) B", r["detail"]).group(1))
-        # in cycles: the launches ran at clocks 1335-1980 MHz (session 12), the
-        # clock read in the kernel where the row has it
-        clock = float(r["clock_mhz_kernel"] or r["clock_mhz_nvml"])
-        out.append((bm, bn, d, warps, per_sm, regs, smem, float(r["value"]) * clock))
-    return out
-
-
-def _chain_schedule(bm, bn, d, warps, grid, regs, smem):
-    """The dot_chain kernel as fa2 runs its compute: one role per warpgroup,
-    each its share of the rows (all of them, where 8 warps share 64 rows),
-    meeting at a barrier every step."""
-    from algorithms.fa2 import step_ops, warpgroup_replicas
-    from algorithms.ops import MmaWait
-    from algorithms.problem import AttentionProblem, TileConfig
-    from algorithms.schedule import CtaProgram, Launch, Role, Schedule, pipelined_loop
-
-    from experiments.calibrate import dot_chain_loop
-    roles = warps // 4
-    reps = warpgroup_replicas(TileConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=1))
-    # its instructions a step as ptxas compiled them, as fa2's come from its probe table
-    issued = dot_chain_loop(bm, bn, d, warps)["issue"] * 4 * 32
-    chain = step_ops("bf16", "wgmma", bm * reps // roles, bn, d, reps, issued=issued, warpgroups=roles)
-
-    def compute(i):
-        return chain
-
-    def program(cta):
-        return CtaProgram(tuple(
-            Role(f"warpgroup{k}", 4, (*pipelined_loop("chain", ITERATIONS, lambda i: [], compute, 1,
-                                                      lambda i: 0, role=k, roles=roles),
-                                      MmaWait(0)))      # the last P V, as fa2's epilogue waits
-            for k in range(roles)))
-
-    launch = Launch("dot_chain", grid, 32 * warps, smem, regs, program,
-                    classes=lambda: [(0, grid)], cost_key=lambda cta: 0)
-    problem = AttentionProblem(batch=1, heads=1, seqlen_q=bm, head_dim=d)
-    return Schedule("dot_chain", problem, None, (launch,), {})
-
-
-def _replay(rows):
-    """(shape and CTAs an SM, the engine's cycles a step, the measured ones) of each row."""
-    from gpusim.engine import simulate
-    from gpusim.profile import load_profile
-
-    gpu = load_profile("h100.measured")   # the on-chip rates these rows were reduced with
-    out = []
-    for bm, bn, d, warps, per_sm, regs, smem, measured in rows:
-        schedule = _chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem)
-        predicted = simulate(schedule, gpu).runtime_s * gpu.clock_hz / ITERATIONS   # cycles a step
-        out.append(((bm, bn, d, warps, per_sm), predicted, measured))
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from experiments.step_errors import CSV, chain_rows as _rows, replay as _replay  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +127,17 @@ def test_two_warpgroups_products_are_served_interleaved(shape, d):
     p10, p90 = map(float, re.search(r"p10 (-?\d+), p90 (-?\d+)", row["detail"]).groups())
     skew = max(abs(p10), abs(p90), abs(float(row["value"])))
     assert skew <= 3 * instruction < instructions * instruction, (row["detail"], instruction)
+
+
+def test_step_errors_correlation_and_bad_input(capsys):
+    """experiments/step_errors.py: its correlation is Pearson's, and a missing
+    predictions file is one line and exit status 2."""
+    from experiments import step_errors
+
+    assert step_errors.correlation([(0, 1), (1, 3), (2, 5)]) == pytest.approx(1.0)
+    assert step_errors.correlation([(0, 2), (1, 1), (2, 0)]) == pytest.approx(-1.0)
+    by_shape = step_errors.step_error_by_occupancy([((64, 64, 64, 4, 2), 110.0, 100.0),
+                                                    ((64, 64, 64, 4, 4), 90.0, 100.0)])
+    assert by_shape[(64, 64, 64, 4)][3] == pytest.approx(0.0)
+    assert step_errors.main(["--predictions", "/nonexistent/predictions.csv"]) == 2
+    assert "no predictions file" in capsys.readouterr().err

@@ -1,0 +1,186 @@
+"""How far is the engine from a flash step's chain measured alone, and do those errors drive fa2's? A CPU report.
+
+calibrate.py's dot_chain benches time one flash step's dependent chain
+(S = A·B on operands held on chip, row max, exp2, acc += P·V; no loads, not
+the attention kernel) on the H100 at 1, 2 and 4 CTAs an SM: `dot_chain` (the
+six shapes the profile's step numbers were reduced from), `dot_chain_wide`
+and `dot_chain_more` (the other 17 shapes of fa2's config grid, held out).
+This replays each row in the engine as fa2's schedule runs its compute
+(tests/test_dot_chain.py asserts on the same replay) and prints the engine's
+error by shape and occupancy. With --predictions, it also sets each fa2 row
+of the measured sweep (N >= --min-seqlen) beside its step shape's error at
+the config's CTAs an SM, and prints their correlation: near zero, the
+config errors of fa2 are not its step chain's (validation_notes.md, session 33).
+
+    PYTHONPATH=. python experiments/step_errors.py [--profile h100.measured]
+        [--predictions experiments/results/validation_predictions_h100_measured.csv]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+CSV = os.path.join(ROOT, "experiments", "results", "calibration_h100.csv")
+MEASURED = os.path.join(ROOT, "experiments", "results", "validation_h100.csv")
+BENCHES = ("dot_chain", "dot_chain_wide", "dot_chain_more")
+ITERATIONS = 2048  # as the microbenchmark runs them
+
+
+def chain_rows(bench: str = "dot_chain", path: str = CSV) -> list[tuple]:
+    """(block_m, block_n, D, warps, CTAs an SM, registers, SMEM, measured cycles a
+    step) of each row of `bench` (dot_chain, dot_chain_wide, dot_chain_more)."""
+    out = []
+    for r in csv.DictReader(open(path)):
+        if r["bench"] != bench:
+            continue
+        bm, bn, d, warps, per_sm = map(int, re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)", r["param"]).groups())
+        regs = int(re.search(r"allow: (\d+) a thread", r["detail"]).group(1))
+        smem = int(re.search(r"smem (\d+) B", r["detail"]).group(1))
+        # in cycles: the launches ran at clocks 1335-1980 MHz (session 12), the
+        # clock read in the kernel where the row has it
+        clock = float(r["clock_mhz_kernel"] or r["clock_mhz_nvml"])
+        out.append((bm, bn, d, warps, per_sm, regs, smem, float(r["value"]) * clock))
+    return out
+
+
+def chain_schedule(bm, bn, d, warps, grid, regs, smem):
+    """The dot_chain kernel as fa2 runs its compute: one role per warpgroup,
+    each its share of the rows (all of them, where 8 warps share 64 rows),
+    meeting at a barrier every step."""
+    from algorithms.fa2 import step_ops, warpgroup_replicas
+    from algorithms.ops import MmaWait
+    from algorithms.problem import AttentionProblem, TileConfig
+    from algorithms.schedule import CtaProgram, Launch, Role, Schedule, pipelined_loop
+
+    from experiments.calibrate import dot_chain_loop
+    roles = warps // 4
+    reps = warpgroup_replicas(TileConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=1))
+    # its instructions a step as ptxas compiled them, as fa2's come from its probe table
+    issued = dot_chain_loop(bm, bn, d, warps)["issue"] * 4 * 32
+    chain = step_ops("bf16", "wgmma", bm * reps // roles, bn, d, reps, issued=issued, warpgroups=roles)
+
+    def compute(i):
+        return chain
+
+    def program(cta):
+        return CtaProgram(tuple(
+            Role(f"warpgroup{k}", 4, (*pipelined_loop("chain", ITERATIONS, lambda i: [], compute, 1,
+                                                      lambda i: 0, role=k, roles=roles),
+                                      MmaWait(0)))      # the last P V, as fa2's epilogue waits
+            for k in range(roles)))
+
+    launch = Launch("dot_chain", grid, 32 * warps, smem, regs, program,
+                    classes=lambda: [(0, grid)], cost_key=lambda cta: 0)
+    problem = AttentionProblem(batch=1, heads=1, seqlen_q=bm, head_dim=d)
+    return Schedule("dot_chain", problem, None, (launch,), {})
+
+
+def replay(rows, profile: str = "h100.measured") -> list[tuple]:
+    """(shape and CTAs an SM, the engine's cycles a step, the measured ones) of
+    each row; h100.measured: the on-chip rates the rows were reduced with."""
+    from gpusim.engine import simulate
+    from gpusim.profile import load_profile
+
+    gpu = load_profile(profile)
+    out = []
+    for bm, bn, d, warps, per_sm, regs, smem, measured in rows:
+        schedule = chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem)
+        predicted = simulate(schedule, gpu).runtime_s * gpu.clock_hz / ITERATIONS   # cycles a step
+        out.append(((bm, bn, d, warps, per_sm), predicted, measured))
+    return out
+
+
+
+def step_error_by_occupancy(replayed) -> dict:
+    """{(block_m, block_n, D, warps): {CTAs an SM: engine / measured - 1}}, 3
+    CTAs an SM taken as the mean of 2 and 4."""
+    out: dict = {}
+    for (bm, bn, d, warps, per_sm), predicted, measured in replayed:
+        out.setdefault((bm, bn, d, warps), {})[per_sm] = predicted / measured - 1
+    for errors in out.values():
+        if 2 in errors and 4 in errors:
+            errors[3] = (errors[2] + errors[4]) / 2
+    return out
+
+
+def fa2_pairs(by_shape: dict, predictions: str, measured: str = MEASURED, min_seqlen: int = 4096):
+    """[(step error at the config's CTAs an SM, the fa2 row's error)] over the
+    sweep's fa2 rows at N >= min_seqlen whose step shape was measured."""
+    from algorithms.problem import AttentionProblem, TileConfig
+    from gpusim import predict
+
+    with open(predictions, newline="") as f:
+        pred = {r["key"]: r for r in csv.DictReader(f)}
+    occupancy: dict = {}
+    pairs = []
+    with open(measured, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["algo"] != "fa2" or r["status"] != "ok" or int(r["seqlen"]) < min_seqlen:
+                continue
+            key = "|".join(r[k] for k in ("algo", "dtype", "batch", "heads", "seqlen", "head_dim", "causal",
+                                          "block_m", "block_n", "num_warps", "num_stages"))
+            p = pred.get(key)
+            cfg = TileConfig(block_m=int(r["block_m"]), block_n=int(r["block_n"]), num_warps=int(r["num_warps"]),
+                             num_stages=int(r["num_stages"]))
+            shape = (cfg.block_m, cfg.block_n, int(r["head_dim"]), cfg.num_warps)
+            if p is None or not p["runtime_us"] or shape not in by_shape:
+                continue
+            if (cfg, shape) not in occupancy:    # CTAs an SM: the accounting alone
+                problem = AttentionProblem(batch=1, heads=16, seqlen_q=min_seqlen, head_dim=shape[2])
+                occupancy[cfg, shape] = predict(problem, cfg, "h100", simulate=False).ctas_per_sm
+            errors = by_shape[shape]
+            per_sm = min(occupancy[cfg, shape], 4)
+            if per_sm in errors:
+                pairs.append((errors[per_sm], float(p["runtime_us"]) / 1e3 / float(r["ms"]) - 1))
+    return pairs
+
+
+def correlation(pairs) -> float:
+    n = len(pairs)
+    mx, my = sum(x for x, _ in pairs) / n, sum(y for _, y in pairs) / n
+    sxy = sum((x - mx) * (y - my) for x, y in pairs)
+    sxx, syy = sum((x - mx) ** 2 for x, _ in pairs), sum((y - my) ** 2 for _, y in pairs)
+    return sxy / (sxx * syy) ** 0.5
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="h100.measured")
+    ap.add_argument("--predictions", help="validate.py's validation_predictions_<profile>.csv: correlate with fa2's errors")
+    ap.add_argument("--min-seqlen", type=int, default=4096)
+    a = ap.parse_args(argv)
+    if a.predictions and not os.path.exists(a.predictions):
+        print(f"step_errors: no predictions file {a.predictions}", file=sys.stderr)
+        return 2
+    from algorithms.errors import GpusimError
+
+    try:
+        replayed = replay([row for bench in BENCHES for row in chain_rows(bench)], a.profile)
+    except (GpusimError, OSError) as e:
+        print(f"step_errors: {e}", file=sys.stderr)
+        return 2
+    by_shape = step_error_by_occupancy(replayed)
+    print("shape (block_m x block_n x D, warps): engine error at 1 / 2 / 4 CTAs an SM")
+    for (bm, bn, d, warps), errors in sorted(by_shape.items()):
+        print(f"  {bm}x{bn}x{d} w{warps}: " + " / ".join(f"{100 * errors[n]:+5.1f}%" for n in (1, 2, 4)))
+    errors = [e for row in by_shape.values() for n, e in row.items() if n != 3]
+    print(f"{len(errors)} rows: mean |error| {100 * sum(map(abs, errors)) / len(errors):.1f}%, "
+          f"max {100 * max(map(abs, errors)):.1f}%")
+    if a.predictions:
+        pairs = fa2_pairs(by_shape, a.predictions, min_seqlen=a.min_seqlen)
+        if len(pairs) < 3:
+            print(f"step_errors: only {len(pairs)} fa2 rows to correlate", file=sys.stderr)
+            return 2
+        print(f"fa2 rows at N >= {a.min_seqlen}: {len(pairs)}; correlation of their errors with their step "
+              f"shape's: {correlation(pairs):+.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

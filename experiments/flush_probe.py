@@ -67,19 +67,19 @@ def read_layout(nbytes: int, sms: int, piece: int = PIECE) -> tuple[int, int]:
 
 
 class Case:
-    """A read of `mb` MB and the three flushes, on one CUDA device."""
+    """A read of about `mb` MB (whole pieces: nbytes) and the three flushes, on the GPU."""
 
-    def __init__(self, mb: int, device: str = "cuda"):
+    def __init__(self, mb: int):
         import torch
 
         self.torch = torch
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         self.ctas, self.pieces = read_layout(mb << 20, sms)
         self.nbytes = self.ctas * self.pieces * PIECE * 4
-        self.x = torch.randn(self.ctas * self.pieces * PIECE, device=device, dtype=torch.float32)
-        self.out = torch.empty(self.ctas, device=device, dtype=torch.float32)
+        self.x = torch.randn(self.ctas * self.pieces * PIECE, device="cuda", dtype=torch.float32)
+        self.out = torch.empty(self.ctas, device="cuda", dtype=torch.float32)
         # as do_bench's: int32, zeroed by cache.zero_()
-        self.cache = torch.empty(FLUSH_BYTES // 4, device=device, dtype=torch.int32)
+        self.cache = torch.empty(FLUSH_BYTES // 4, device="cuda", dtype=torch.int32)
 
     def read(self) -> None:
         _stream_read[(self.ctas,)](self.x, self.out, self.pieces, PIECE=PIECE, num_warps=4)
@@ -159,22 +159,24 @@ def main(argv=None) -> int:
                          "ms": round(ms, 5), "ms_min": round(min(times), 5), "ms_max": round(max(times), 5),
                          "gb_per_s": round(case.nbytes / (ms * 1e-3) / 1e9, 1),
                          "dram_read_bytes": "", "dram_write_bytes": "", **prov})
-            print(f"{how:9s} {mb:4d} MB: {ms * 1e3:8.1f} us ({case.nbytes / (ms * 1e-3) / 1e9:6.0f} GB/s)", flush=True)
+            print(f"{how:9s} {case.nbytes / 1e6:6.1f} MB: {ms * 1e3:8.1f} us "
+                  f"({case.nbytes / (ms * 1e-3) / 1e9:6.0f} GB/s)", flush=True)
         del case
         torch.cuda.empty_cache()
     if a.ncu:
         from experiments.ncu_counters import counter_bytes, second_launch
 
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
         for mb in NCU_READ_MB:
+            ctas, pieces = read_layout(mb << 20, sms)     # as target()'s Case reads
             for how in ("zero", "read"):
                 got = second_launch(os.path.abspath(__file__), f"{how}:{mb}", "_stream_read", NCU_METRICS,
                                     cache_control="none")
-                ctas, pieces = read_layout(mb << 20, torch.cuda.get_device_properties(0).multi_processor_count)
                 rows.append({"flush": f"ncu_{how}", "read_bytes": ctas * pieces * PIECE * 4, "ctas": ctas, "reps": 1,
                              "ms": "", "ms_min": "", "ms_max": "", "gb_per_s": "",
                              "dram_read_bytes": counter_bytes(got, NCU_METRICS[0]),
                              "dram_write_bytes": counter_bytes(got, NCU_METRICS[1]), **prov})
-                print(f"ncu {how:5s} {mb:4d} MB: DRAM read {rows[-1]['dram_read_bytes'] / 1e6:.1f} MB, "
+                print(f"ncu {how:5s} {ctas * pieces * PIECE * 4 / 1e6:6.1f} MB: DRAM read {rows[-1]['dram_read_bytes'] / 1e6:.1f} MB, "
                       f"write {rows[-1]['dram_write_bytes'] / 1e6:.1f} MB", flush=True)
     write_csv(a.out, rows)
     return 0

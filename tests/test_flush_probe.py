@@ -31,3 +31,17 @@ def test_flush_probe_needs_an_output_file(capsys):
 
     assert flush_probe.main([]) == 2
     assert "--out is required" in capsys.readouterr().err
+
+
+def test_ncu_byte_counters_in_their_own_units():
+    """ncu_counters.counter_bytes: each counter by its own unit (ncu gives
+    Mbyte beside Gbyte), thousands separators dropped."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from experiments.ncu_counters import counter_bytes
+
+    got = {"read": ("1,234.5", "Mbyte"), "write": ("2.5", "Gbyte"), "few": ("512", "byte")}
+    assert counter_bytes(got, "read") == 1234.5e6
+    assert counter_bytes(got, "write") == 2.5e9
+    assert counter_bytes(got, "few") == 512

@@ -36,7 +36,9 @@ def chain_rows(bench: str = "dot_chain", path: str = CSV) -> list[tuple]:
     """(block_m, block_n, D, warps, CTAs an SM, registers, SMEM, measured cycles a
     step) of each row of `bench` (dot_chain, dot_chain_wide, dot_chain_more)."""
     out = []
-    for r in csv.DictReader(open(path)):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
         if r["bench"] != bench:
             continue
         bm, bn, d, warps, per_sm = map(int, re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)", r["param"]).groups())

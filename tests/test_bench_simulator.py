@@ -1,0 +1,34 @@
+"""experiments/bench_simulator.py on a two-job sweep: the sweep's row, and
+each job's own wall time, slowest first (--jobs-out)."""
+import csv
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def test_short_sweep_writes_each_jobs_time(tmp_path):
+    from experiments import bench_simulator
+
+    out, jobs = tmp_path / "bench.csv", tmp_path / "jobs.csv"
+    assert bench_simulator.main(["--skip-singles", "--sweep-size", "2", "--out", str(out),
+                                 "--jobs-out", str(jobs)]) == 0
+    (sweep,) = list(csv.DictReader(open(out)))
+    assert sweep["what"].startswith("sweep of 2 fa2 configs")
+    assert "--sweep-size 2" in sweep["command"]
+    rows = list(csv.DictReader(open(jobs)))
+    assert len(rows) == 2 and {r["outcome"] for r in rows} <= {"ok", "does not fit"}
+    walls = [float(r["wall_s"]) for r in rows]
+    assert walls == sorted(walls, reverse=True) and walls[0] > 0
+    assert {r["config"] for r in rows} == {"64x32x4x2", "64x32x4x3"}   # the sweep's first two jobs
+
+
+def test_bad_sweep_size_is_refused(capsys):
+    import pytest
+
+    from experiments import bench_simulator
+
+    with pytest.raises(SystemExit) as exit_info:
+        bench_simulator.main(["--skip-singles", "--sweep-size", "0"])
+    assert exit_info.value.code == 2
+    assert "--sweep-size must be at least 1" in capsys.readouterr().err

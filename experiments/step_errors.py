@@ -98,7 +98,6 @@ def replay(rows, profile: str = "h100.measured") -> list[tuple]:
     return out
 
 
-
 def step_error_by_occupancy(replayed) -> dict:
     """{(block_m, block_n, D, warps): {CTAs an SM: engine / measured - 1}}, 3
     CTAs an SM taken as the mean of 2 and 4."""

@@ -52,7 +52,7 @@ def test_held_out_step_shapes():
     17 other step shapes of fa2's config grid, which no profile number was
     reduced from, at 1, 2 and 4 CTAs an SM. The engine held them to a mean
     |error| of 9.1%, every row within 29% (validation_notes.md, session 33):
-    128x128 steps 4-13% slow on the GPU against it, 64x128 at D = 128 with
+    128x128 steps 2-13% slow on the GPU against it, 64x128 at D = 128 with
     two CTAs an SM hiding its softmax under the other CTA's products (+29%
     in the engine), 64-row steps with 8 warps 12-17% slower alone. Their
     errors do not follow fa2's own by config in the measured sweep

@@ -196,21 +196,12 @@ def main(argv=None) -> int:
         print(f"fa1_traffic_probe: --cases takes HEADSxSEQLEN with positive integers, e.g. 116x1024; "
               f"got {' '.join(a.cases)}", file=sys.stderr)
         return 2
-    import torch
+    from experiments.gpu_probe import start
+    from gpusim.artifacts import write_csv
 
-    from algorithms.errors import GpusimError
-    from gpusim.artifacts import ensure_dir, write_csv
-    from kernels.provenance import provenance
-
-    try:    # before the GPU work: a results file that cannot be written loses the run
-        ensure_dir(os.path.dirname(os.path.abspath(a.out)))
-    except GpusimError as e:
-        print(f"fa1_traffic_probe: cannot write {a.out}: {e}", file=sys.stderr)
+    prov = start("fa1_traffic_probe.py", a.out, argv)
+    if prov is None:
         return 2
-    if not torch.cuda.is_available():
-        print("fa1_traffic_probe: needs a CUDA GPU", file=sys.stderr)
-        return 2
-    prov = provenance("python experiments/fa1_traffic_probe.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     rows = []
     if picked:
         cases = [(1, h, n, 64, v) for h, n in picked for v in GRID_VARIANTS]

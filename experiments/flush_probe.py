@@ -133,22 +133,15 @@ def main(argv=None) -> int:
 
     import torch
 
-    from algorithms.errors import GpusimError
-    from gpusim.artifacts import ensure_dir, write_csv
-    from kernels.provenance import provenance
+    from experiments.gpu_probe import start
+    from gpusim.artifacts import write_csv
 
-    try:    # before the GPU work: a results file that cannot be written loses the run
-        ensure_dir(os.path.dirname(os.path.abspath(a.out)))
-    except GpusimError as e:
-        print(f"flush_probe: cannot write {a.out}: {e}", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("flush_probe: needs a CUDA GPU", file=sys.stderr)
+    prov = start("flush_probe.py", a.out, argv)
+    if prov is None:
         return 2
     if a.ncu and shutil.which("ncu") is None:
         print("flush_probe: --ncu needs Nsight Compute's `ncu` on PATH", file=sys.stderr)
         return 2
-    prov = provenance("python experiments/flush_probe.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     rows = []
     for mb in READ_MB:
         case = Case(mb)

@@ -86,20 +86,13 @@ def main(argv=None) -> int:
             return 2
     import torch
 
-    from algorithms.errors import GpusimError
-    from gpusim.artifacts import ensure_dir, write_csv
-    from kernels.provenance import provenance
+    from experiments.gpu_probe import start
+    from gpusim.artifacts import write_csv
 
-    try:    # before the GPU work: a results file that cannot be written loses the run
-        ensure_dir(os.path.dirname(os.path.abspath(a.out)))
-    except GpusimError as e:
-        print(f"l2_keep_probe: cannot write {a.out}: {e}", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("l2_keep_probe: needs a CUDA GPU", file=sys.stderr)
+    prov = start("l2_keep_probe.py", a.out, argv)
+    if prov is None:
         return 2
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    prov = provenance("python experiments/l2_keep_probe.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     rows = []
     for per_sm, chunk, how in patterns:
         ctas = sms * per_sm

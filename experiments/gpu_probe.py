@@ -1,0 +1,30 @@
+"""What every GPU probe checks before its GPU work (fa1_traffic_probe.py,
+l2_keep_probe.py, flush_probe.py): that its results file can be written (a
+file that cannot be written would lose the run) and that a CUDA GPU is there.
+No simulator import (runs on the GPU machine)."""
+from __future__ import annotations
+
+import os
+import sys
+
+
+def start(script: str, out: str, argv) -> dict | None:
+    """The run's provenance for `python experiments/<script> <argv>`, or None
+    after one line on stderr saying why it cannot run (the caller returns 2)."""
+    import torch
+
+    from algorithms.errors import GpusimError
+    from gpusim.artifacts import ensure_dir
+    from kernels.provenance import provenance
+
+    name = os.path.splitext(script)[0]
+    try:
+        ensure_dir(os.path.dirname(os.path.abspath(out)))
+    except GpusimError as e:
+        print(f"{name}: cannot write {out}: {e}", file=sys.stderr)
+        return None
+    if not torch.cuda.is_available():
+        print(f"{name}: needs a CUDA GPU", file=sys.stderr)
+        return None
+    args = argv if argv is not None else sys.argv[1:]
+    return provenance(" ".join([f"python experiments/{script}", *args]))

@@ -11,6 +11,7 @@ from algorithms.ops import Load, Loop, Store, walk
 from algorithms.problem import AttentionProblem, TileConfig
 from gpusim import predict
 from gpusim.engine import simulate
+from gpusim.engine.core import _reads_back
 from gpusim.profile import load_profile, parse_profile, profiles_dir
 
 H100 = load_profile("h100")
@@ -409,6 +410,40 @@ def test_register_spills_stay_in_l2():
     for fast in (True, False):
         result = simulate(schedule, H100, fast=fast)
         assert result.hbm_write_bytes <= compulsory * 1.01, (fast, result.hbm_write_bytes, compulsory)
+
+
+def _carried_loops(algo: str, problem: AttentionProblem, config: TileConfig | None) -> list[bool]:
+    """For each top-level loop of the first CTA that declares its accesses:
+    does its middle iteration's successor read back a tile it touched?"""
+    program = algorithms.build(algo, problem, config).launches[0].program(0)
+    out = []
+    for role in program.roles:
+        for loop in role.items:
+            if loop.__class__ is Loop and loop.memory is not None and loop.trips >= 2:
+                i = loop.trips // 2 - 1
+                out.append(_reads_back(loop.memory(i + 1), {op.tile for op in loop.memory(i)}))
+    return out
+
+
+def test_a_spilled_stack_is_not_carried_through_l2_but_fa1s_running_outputs_are():
+    """A spilling fa2 step stores its stack before it reloads it, so its
+    reloads hit whatever L2 did between steps, and skips need not replay it
+    an iteration at a time (which took fa2 128x64 w4 s2 at D128 N16k 19 s);
+    FA1 loads its running O, l, m before it stores them again."""
+    from algorithms.ops import Tile
+
+    stack, kv = Tile("local", 0, 0, 0), Tile("K", 0, 0, 1)
+    assert not _reads_back([Store(stack, 64), Load(stack, 64), Load(kv, 64)], {stack})
+    assert _reads_back([Load(stack, 64), Store(stack, 64)], {stack})
+    assert _reads_back([Load(kv, 64)], {kv})
+    assert not _reads_back([Load(kv, 64)], {stack})
+
+    spilling = TileConfig(block_m=128, block_n=64, num_warps=4, num_stages=2)
+    problem = AttentionProblem(batch=1, heads=2, seqlen_q=2048, head_dim=128)
+    assert "local" in algorithms.build("fa2", problem, spilling).tensors
+    loops = _carried_loops("fa2", problem, spilling)
+    assert loops and not any(loops)
+    assert any(_carried_loops("fa1", problem, None))
 
 
 def test_stores_leave_the_sm_at_its_write_rate():

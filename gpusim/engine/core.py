@@ -1144,7 +1144,7 @@ class Engine:
                     continue
                 i = item.trips // 2 - 1
                 tiles = {op.tile: op.nbytes for op in item.memory(i)}
-                if not any(op.tile in tiles for op in item.memory(i + 1)):
+                if not _reads_back(item.memory(i + 1), tiles):
                     continue
                 carried = True
                 footprint = sum(tiles.values()) * self._slots
@@ -1785,6 +1785,26 @@ def _accesses(items):
                     yield from _accesses(item.body(i))
         elif kind is Load or kind is Store:
             yield item
+
+
+def _reads_back(accesses, earlier) -> bool:
+    """Does an iteration whose loads and stores are `accesses` load a tile of
+    `earlier` (the previous iteration's) before storing it? Only then does
+    the loop carry a tile through L2 (FA1's running O, l, m). A tile it
+    stores first -- a spilling fa2 step's stack, stored and reloaded every
+    step -- is in L2 for its reloads whatever happened to it since the last
+    iteration, so skips need not replay it in small chunks: marked carried,
+    fa2 128x64 w4 s2 at D128 N16k (260 spilled bytes a thread a step) replayed
+    every step on its own, 420k skips of one step each."""
+    stored = set()
+    for op in accesses:
+        if op.tile in stored:
+            continue
+        if op.__class__ is Store:
+            stored.add(op.tile)
+        elif op.tile in earlier:
+            return True
+    return False
 
 
 def _class_keys(keys: dict, loop: Loop) -> tuple[list, list]:

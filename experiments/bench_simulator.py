@@ -10,8 +10,9 @@
     python experiments/bench_simulator.py [--out experiments/results/bench_simulator.csv]
         [--jobs-out experiments/results/bench_simulator_jobs.csv]
 
---jobs-out writes each sweep job's own wall time (in its worker), so that the
-configs the sweep's time goes to can be seen; --skip-singles and
+--jobs-out writes each sweep job's own wall time (in its worker) and how many
+of its CTAs the engine simulated op by op rather than fast-forwarded, so that
+the configs the sweep's time goes to, and why, can be seen; --skip-singles and
 --sweep-size N (its first N jobs) make a short run.
 """
 from __future__ import annotations
@@ -57,24 +58,30 @@ def sweep_jobs(size: int = SWEEP_SIZE):
     return jobs[:: max(1, len(jobs) // SWEEP_SIZE)][:size]
 
 
-def one(job) -> tuple[str, float]:
-    """(outcome, the job's wall seconds in its worker)."""
+def one(job) -> tuple[str, float, dict]:
+    """(outcome, the job's wall seconds in its worker, where they went: the
+    GPU's parts simulated and, of one part's CTAs, those run op by op and
+    those fast-forwarded; empty where the config does not fit)."""
     (b, h, n, d, c), cfg = job
     t0 = time.perf_counter()
     try:
-        predict(AttentionProblem(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=c), cfg, "h100")
+        pred = predict(AttentionProblem(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=c), cfg, "h100")
         outcome = "ok"
+        ctas = {"parts": pred.simulated_parts,
+                "ctas_simulated": sum(lp.ctas_simulated for lp in pred.launches),
+                "ctas_ghosted": sum(lp.ctas_ghosted for lp in pred.launches)}
     except GpusimError:
-        outcome = "does not fit"
-    return outcome, time.perf_counter() - t0
+        outcome, ctas = "does not fit", {}
+    return outcome, time.perf_counter() - t0, ctas
 
 
 def job_rows(jobs, outcomes, machine: dict) -> list[dict]:
     """One row per sweep job, slowest first."""
+    empty = {"parts": "", "ctas_simulated": "", "ctas_ghosted": ""}
     rows = [{"batch": b, "heads": h, "seqlen": n, "head_dim": d, "causal": int(c),
              "config": f"{cfg.block_m}x{cfg.block_n}x{cfg.num_warps}x{cfg.num_stages}",
-             "outcome": outcome, "wall_s": round(wall, 3), **machine}
-            for ((b, h, n, d, c), cfg), (outcome, wall) in zip(jobs, outcomes)]
+             "outcome": outcome, "wall_s": round(wall, 3), **empty, **ctas, **machine}
+            for ((b, h, n, d, c), cfg), (outcome, wall, ctas) in zip(jobs, outcomes)]
     return sorted(rows, key=lambda r: -r["wall_s"])
 
 
@@ -124,7 +131,7 @@ def main(argv=None) -> int:
         with ProcessPoolExecutor(max_workers=os.cpu_count()) as pool:
             outcomes = list(pool.map(one, jobs, chunksize=4))
         wall = time.perf_counter() - t0
-        kinds = [outcome for outcome, _ in outcomes]
+        kinds = [outcome for outcome, _, _ in outcomes]
         rows.append({"what": f"sweep of {len(jobs)} fa2 configs x shapes (N 1k-16k), {os.cpu_count()} processes",
                      "wall_s": round(wall, 1), "target_s": 60.0, "met": wall <= 60.0,
                      "note": f"{kinds.count('ok')} predicted, {kinds.count('does not fit')} refused (SMEM)",
@@ -136,8 +143,10 @@ def main(argv=None) -> int:
         print(f"the slowest tenth of the jobs took {sum(r['wall_s'] for r in slowest) / total:.0%} of the "
               f"workers' {total:.0f} s:", file=sys.stderr)
         for r in slowest[:10]:
+            part = f"{r['ctas_simulated']} of {r['ctas_simulated'] + r['ctas_ghosted']} CTAs simulated" \
+                + (f" (one of {r['parts']} parts)" if r["parts"] > 1 else "") if r["outcome"] == "ok" else ""
             print(f"  {r['wall_s']:6.1f} s  B{r['batch']} H{r['heads']} N{r['seqlen']} D{r['head_dim']} "
-                  f"causal={r['causal']} {r['config']}", file=sys.stderr)
+                  f"causal={r['causal']} {r['config']}  {part}", file=sys.stderr)
         if a.jobs_out:
             write_csv(a.jobs_out, per_job)
     write_csv(a.out, rows)

@@ -37,6 +37,11 @@ class LaunchPrediction:
     waves: float
     runtime_us: float | None = None
     bottleneck: str | None = None
+    # of the CTAs of the part the engine simulated (Prediction.simulated_parts):
+    # how many it ran op by op, and how many it fast-forwarded as a steady
+    # class's ghosts (what a prediction's time goes to: bench_simulator.py)
+    ctas_simulated: int | None = None
+    ctas_ghosted: int | None = None
 
 
 @dataclass
@@ -171,6 +176,7 @@ def _predict(problem: AttentionProblem, config: TileConfig | None, gpu, algo: st
         pred.unit_busy = result.unit_busy
         for lp, lr in zip(launches, result.launches):
             lp.runtime_us, lp.bottleneck = lr.runtime_s * 1e6, lr.bottleneck
+            lp.ctas_simulated, lp.ctas_ghosted = lr.ctas_simulated, lr.ctas_ghosted
         longest = max(launches, key=lambda lp: lp.runtime_us)
         pred.ctas_per_sm, pred.waves = longest.ctas_per_sm, longest.waves
         assert math.isfinite(pred.runtime_us) and pred.runtime_us > 0

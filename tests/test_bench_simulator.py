@@ -21,6 +21,10 @@ def test_short_sweep_writes_each_jobs_time(tmp_path):
     walls = [float(r["wall_s"]) for r in rows]
     assert walls == sorted(walls, reverse=True) and walls[0] > 0
     assert {r["config"] for r in rows} == {"64x32x4x2", "64x32x4x3"}   # the sweep's first two jobs
+    for r in rows:      # B16 H32 N1024 D64 at block_m 64: 16 Q blocks x 512 heads, cut into parts
+        if r["outcome"] == "ok":
+            assert int(r["ctas_simulated"]) + int(r["ctas_ghosted"]) == 16 * 512 // int(r["parts"])
+            assert int(r["ctas_simulated"]) > 0
 
 
 def test_bad_sweep_size_is_refused(capsys):

@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from algorithms.problem import AttentionProblem, TileConfig  # noqa: E402
 from experiments.validate import HIDDEN, TOKENS  # noqa: E402 (the measured sweep's shapes)
+from experiments import gpu_probe  # noqa: E402
 # (seqlen, head_dim, causal, block_m, block_n, warps, stages): the measured best
 # configs of N = 512 and 16384 shapes (experiments/results/validation_h100.csv)
 CASES = [
@@ -110,18 +111,6 @@ def stamp_rows(stamps, prov: dict, **fields) -> list[dict]:
     return rows
 
 
-def _gpu_provenance(command: str) -> dict | None:
-    """The run's provenance, or None (and one line why) without a CUDA GPU."""
-    import torch
-
-    from kernels.provenance import provenance
-
-    if not torch.cuda.is_available():
-        print(f"fa2_stamps {command}: needs a CUDA GPU", file=sys.stderr)
-        return None
-    return provenance(" ".join(["python experiments/fa2_stamps.py"] + sys.argv[1:]))
-
-
 def _stamped_inputs(problem: AttentionProblem, cfg: TileConfig):
     """Random q, k, v for `problem` and the int64 stamps tensor its fa2 launch fills (a row a CTA)."""
     import torch
@@ -142,7 +131,7 @@ def cmd_measure(args) -> int:
     from kernels import fa2
     from kernels.provenance import write_csv_atomic
 
-    prov = _gpu_provenance("measure")
+    prov = gpu_probe.start("fa2_stamps.py", args.out, None)
     if prov is None:
         return 2
     rows = []
@@ -183,7 +172,7 @@ def cmd_warmth(args) -> int:
     from kernels import fa2
     from kernels.provenance import write_csv_atomic
 
-    prov = _gpu_provenance("warmth")
+    prov = gpu_probe.start("fa2_stamps.py", args.out, None)
     if prov is None:
         return 2
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
@@ -309,7 +298,7 @@ def cmd_lone(args) -> int:
     from kernels import fa2
     from kernels.provenance import write_csv_atomic
 
-    prov = _gpu_provenance("lone")
+    prov = gpu_probe.start("fa2_stamps.py", args.out, None)
     if prov is None:
         return 2
     rows = []

@@ -1,5 +1,5 @@
 """What every GPU probe checks before its GPU work (fa1_traffic_probe.py,
-l2_keep_probe.py, flush_probe.py): that its results file can be written (a
+l2_keep_probe.py, flush_probe.py, fa2_stamps.py's GPU commands): that its results file can be written (a
 file that cannot be written would lose the run) and that a CUDA GPU is there.
 No simulator import (runs on the GPU machine)."""
 from __future__ import annotations

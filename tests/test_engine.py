@@ -449,10 +449,9 @@ def test_a_spilled_stack_is_not_carried_through_l2_but_fa1s_running_outputs_are(
 def test_each_launch_counts_its_ctas_simulated_and_fast_forwarded():
     """The full simulation runs every CTA; the fast path runs some and
     ghosts the rest of the part it simulates, none lost or counted twice."""
-    problem = AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=64)
-    full = predict(problem, None, "h100", "standard", fast=False)
+    full = predict(SMALL, None, "h100", "standard", fast=False)
     assert all(lp.ctas_simulated == lp.grid and lp.ctas_ghosted == 0 for lp in full.launches)
-    fast = predict(problem, None, "h100", "standard")
+    fast = predict(AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=64), None, "h100", "standard")
     for lp in fast.launches:
         assert lp.ctas_simulated + lp.ctas_ghosted == lp.grid // fast.simulated_parts
     assert sum(lp.ctas_ghosted for lp in fast.launches) > 0

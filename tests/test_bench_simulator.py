@@ -36,3 +36,12 @@ def test_bad_sweep_size_is_refused(capsys):
         bench_simulator.main(["--skip-singles", "--sweep-size", "0"])
     assert exit_info.value.code == 2
     assert "--sweep-size must be at least 1" in capsys.readouterr().err
+
+
+def test_an_unwritable_output_is_refused_before_the_run(tmp_path, capsys):
+    from experiments import bench_simulator
+
+    assert bench_simulator.main(["--skip-singles", "--sweep-size", "1", "--out", str(tmp_path / "bench.csv"),
+                                 "--jobs-out", "/proc/no/such/jobs.csv"]) == 2
+    assert not (tmp_path / "bench.csv").exists()
+    assert capsys.readouterr().err.strip().startswith("bench_simulator: cannot write /proc/no/such/jobs.csv")

@@ -24,7 +24,7 @@ from algorithms.defaults import ALGORITHMS
 from algorithms.errors import GpusimError
 from algorithms.problem import AttentionProblem
 
-from gpusim.artifacts import atomic_write_text, markdown_table, pyplot, save_figure, write_csv
+from gpusim.artifacts import atomic_write_text, ensure_dir, markdown_table, pyplot, save_figure, write_csv
 from gpusim.explore import ROW_FIELDS, Task, run_tasks
 
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -253,6 +253,7 @@ def run_study(out: Path, gpus=GPUS, algos=ALGORITHMS, seqlens=SEQLENS, head_dims
 
     for g in gpus:
         load_profile(g)  # an unknown GPU fails here, in one line
+    ensure_dir(out)      # ... and an output folder that cannot be written, before the predictions
     tasks = study_tasks(gpus, algos, seqlens, head_dims, causals, simulate, tokens, hidden, dtype)
     rows = finish_rows(run_tasks(tasks, executor=executor, jobs=jobs, scheduler=scheduler,
                                  progress=progress, desc="compare"))

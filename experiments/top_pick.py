@@ -286,7 +286,7 @@ def markdown(rows, source: str, gpu: str, predictions: str | None = None, args: 
 
 
 def main(argv=None) -> int:
-    from gpusim.artifacts import atomic_write_text, write_csv
+    from gpusim.artifacts import atomic_write_text, ensure_dir, write_csv
 
     ap = argparse.ArgumentParser(description="explorer's top fa2 pick vs the measured sweep")
     ap.add_argument("--measured", default=str(MEASURED))
@@ -302,6 +302,7 @@ def main(argv=None) -> int:
     ap.add_argument("--causal", default=None, help="only 0, 1 or 0,1")
     a = ap.parse_args(argv)
     try:
+        ensure_dir(a.out)     # (before minutes of predictions, not after)
         measured = read_measured(a.measured)
         for idx, text in ((0, a.seqlens), (1, a.head_dims), (2, a.causal)):
             if text:

@@ -213,3 +213,20 @@ def test_gpu_monitor_window_medians_and_cap_share():
     assert m.window(1.4, 2.0) == {"clock_mhz": "", "clock_p10": "", "clock_p90": "", "power_w": "",
                                   "power_cap_share": "", "samples": 0}
     assert [s[0] for s in m.samples] == [2.5]
+
+
+def test_long_runs_refuse_an_unwritable_output_before_they_start(capsys):
+    """gpusim compare, top_pick.py and fast_vs_full.py predict for minutes
+    before they write: an output they cannot write is refused first, in one
+    line (compare had predicted for 22 s on one small shape, then failed)."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from experiments import fast_vs_full, top_pick
+
+    assert main(["compare", "--out", "/proc/no/such", "--no-progress"]) == 2
+    assert "cannot create output folder /proc/no/such" in capsys.readouterr().err
+    assert top_pick.main(["--out", "/proc/no/such", "--no-progress"]) == 2
+    assert "cannot create output folder /proc/no/such" in capsys.readouterr().err
+    assert fast_vs_full.main(["--out", "/proc/no/such/fvf.csv"]) == 2
+    assert capsys.readouterr().err.strip().startswith("fast_vs_full: cannot write /proc/no/such/fvf.csv")

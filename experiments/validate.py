@@ -1038,9 +1038,12 @@ def _plots(profile, rows, preds, metrics, outdir):
 
 def cmd_report(args) -> int:
     import gpusim.profile as gprof
-    from gpusim.artifacts import atomic_write_text
+    from gpusim.artifacts import atomic_write_text, ensure_dir
 
     t0 = time.time()
+    # the report's folder, where its predictions are saved as they come: checked
+    # before they are made (an hour on two cores), not at their first save
+    ensure_dir(os.path.dirname(os.path.abspath(args.report)))
     rows = load_measurements(args.measurements)
     gluon = gluon_rows(args.gluon) if args.gluon else []
     rows += gluon
@@ -1268,7 +1271,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         return args.func(args)
-    except ResultsFileError as e:
+    except GpusimError as e:    # (a results file that cannot be read or written, among others)
         print(f"validate: {e}", file=sys.stderr)
         return 2
 

@@ -12,11 +12,10 @@ their bottleneck.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from algorithms.errors import GpusimError
 
-from ..artifacts import DEFAULT_RESULTS, parse_int_list, save_figure, write_csv
+from ..artifacts import DEFAULT_RESULTS, ensure_dir, parse_int_list, save_figure, write_csv
 from ..cli import add_problem_args, problem_from_args
 from ..explore import (BLOCK_M, BLOCK_N, EXECUTORS, ROW_FIELDS, STAGES, WARPS, best_rows,
                        config_label, engine_available, plot_heatmaps, run_tasks, sweep_stem,
@@ -76,11 +75,11 @@ def cmd_sweep(a) -> int:
     grid = {name: parse_int_list(getattr(a, attr), f"--{name}")
             for name, attr in (("block-m", "block_m"), ("block-n", "block_n"),
                                ("warps", "warps"), ("stages", "stages"))}
+    out = ensure_dir(a.out)     # (before the sweep's minutes of predictions, not after)
     tasks = sweep_tasks(a.algo, problem, gpu, grid["block-m"], grid["block-n"], grid["warps"],
                         grid["stages"], simulate=simulate)
     rows = run_tasks(tasks, executor=a.executor, jobs=a.jobs, scheduler=a.scheduler,
                      progress=not a.no_progress, desc=f"sweep {a.algo} on {gpu.name}")
-    out = Path(a.out)
     stem = sweep_stem(a.algo, problem, gpu.name)
     csv_path = write_csv(out / f"{stem}.csv", rows, ROW_FIELDS)
     metric = a.metric if simulate else "l2_read_bytes"

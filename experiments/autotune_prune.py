@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make the repo importable
     sys.path.insert(0, str(ROOT))
 
+from algorithms.errors import GpusimError  # noqa: E402
 from kernels.provenance import git_commit, provenance  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
@@ -319,7 +320,11 @@ def main(argv=None) -> int:
     p.add_argument("--predictions", default=str(PREDICTIONS))
     p.set_defaults(func=cmd_worker)
     a = ap.parse_args(argv)
-    return a.func(a)
+    try:
+        return a.func(a)
+    except GpusimError as e:
+        print(f"autotune_prune: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -216,14 +216,15 @@ def test_gpu_monitor_window_medians_and_cap_share():
 
 
 def test_long_runs_refuse_an_unwritable_output_before_they_start(capsys):
-    """gpusim compare and sweep, top_pick.py, validate.py report and
-    fast_vs_full.py predict for minutes before they write: an output they cannot write is refused first,
+    """gpusim compare and sweep, top_pick.py, validate.py report,
+    autotune_prune.py precompute and fast_vs_full.py predict for minutes
+    before they write: an output they cannot write is refused first,
     in one line (compare had predicted for 22 s on one small shape, sweep for
-    51 s on a small problem, then failed)."""
+    51 s on a small problem, precompute 78 s, then failed)."""
     import os
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from experiments import fast_vs_full, top_pick
+    from experiments import autotune_prune, fast_vs_full, top_pick, validate
 
     assert main(["compare", "--out", "/proc/no/such", "--no-progress"]) == 2
     assert "cannot create output folder /proc/no/such" in capsys.readouterr().err
@@ -231,8 +232,9 @@ def test_long_runs_refuse_an_unwritable_output_before_they_start(capsys):
     assert "cannot create output folder /proc/no/such" in capsys.readouterr().err
     assert top_pick.main(["--out", "/proc/no/such", "--no-progress"]) == 2
     assert "cannot create output folder /proc/no/such" in capsys.readouterr().err
-    from experiments import validate
     assert validate.main(["report", "--report", "/proc/no/such/r.md", "--no-plots"]) == 2
     assert capsys.readouterr().err.strip() == "validate: cannot create output folder /proc/no/such: No such file or directory"
+    assert autotune_prune.main(["precompute", "--predictions", "/proc/no/such/p.json", "--no-progress"]) == 2
+    assert "cannot create output folder /proc/no/such" in capsys.readouterr().err
     assert fast_vs_full.main(["--out", "/proc/no/such/fvf.csv"]) == 2
     assert capsys.readouterr().err.strip().startswith("fast_vs_full: cannot write /proc/no/such/fvf.csv")

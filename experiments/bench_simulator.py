@@ -34,7 +34,7 @@ import algorithms  # noqa: E402
 from algorithms.errors import GpusimError  # noqa: E402
 from algorithms.problem import AttentionProblem, TileConfig  # noqa: E402
 from gpusim import predict  # noqa: E402
-from gpusim.artifacts import ensure_dir, write_csv  # noqa: E402
+from gpusim.artifacts import cannot_write, write_csv  # noqa: E402
 
 SWEEP_SIZE = 500
 
@@ -97,13 +97,8 @@ def main(argv=None) -> int:
     if a.sweep_size < 1:
         parser.error(f"--sweep-size must be at least 1, got {a.sweep_size}")
     # (checked before a run that can take half an hour, not after it)
-    for path in (a.out, a.jobs_out):
-        if path:
-            try:
-                ensure_dir(os.path.dirname(os.path.abspath(path)))
-            except GpusimError as e:
-                print(f"bench_simulator: cannot write {path}: {e}", file=sys.stderr)
-                return 2
+    if any(cannot_write("bench_simulator", path) for path in (a.out, a.jobs_out) if path):
+        return 2
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     machine = {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),

@@ -14,7 +14,6 @@ from the model's error against the GPU.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -26,8 +25,7 @@ sys.path.insert(0, str(ROOT))
 from algorithms.problem import AttentionProblem, TileConfig  # noqa: E402
 from gpusim import predict  # noqa: E402
 from experiments.validate import HEAD_DIMS, HIDDEN, SEQLENS, TOKENS  # noqa: E402
-from algorithms.errors import GpusimError  # noqa: E402
-from gpusim.artifacts import ensure_dir, write_csv  # noqa: E402
+from gpusim.artifacts import cannot_write, write_csv  # noqa: E402
 from kernels.provenance import git_commit  # noqa: E402
 
 # (algo, batch, heads, seqlen, head_dim, causal, (block_m, block_n, warps, stages) or None = default)
@@ -96,10 +94,7 @@ def main(argv=None) -> int:
         (CASES, "python experiments/fast_vs_full.py")
     if a.fa1 and a.out == ap.get_default("out"):
         a.out = str(ROOT / "experiments/results/fast_vs_full_fa1.csv")
-    try:    # (before minutes of full simulations, not after)
-        ensure_dir(os.path.dirname(os.path.abspath(a.out)))
-    except GpusimError as e:
-        print(f"fast_vs_full: cannot write {a.out}: {e}", file=sys.stderr)
+    if cannot_write("fast_vs_full", a.out):     # (before minutes of full simulations, not after)
         return 2
     rows = []
     with ProcessPoolExecutor(a.jobs, initializer=_warm_up) as ex:

@@ -13,15 +13,11 @@ def start(script: str, out: str, argv) -> dict | None:
     after one line on stderr saying why it cannot run (the caller returns 2)."""
     import torch
 
-    from algorithms.errors import GpusimError
-    from gpusim.artifacts import ensure_dir
+    from gpusim.artifacts import cannot_write
     from kernels.provenance import provenance
 
     name = os.path.splitext(script)[0]
-    try:
-        ensure_dir(os.path.dirname(os.path.abspath(out)))
-    except GpusimError as e:
-        print(f"{name}: cannot write {out}: {e}", file=sys.stderr)
+    if cannot_write(name, out):
         return None
     if not torch.cuda.is_available():
         print(f"{name}: needs a CUDA GPU", file=sys.stderr)

@@ -36,6 +36,21 @@ def ensure_dir(path) -> Path:
     return path
 
 
+def cannot_write(name: str, path) -> bool:
+    """True, after one line on stderr ("name: cannot write path: why"), when
+    the folder of results file `path` cannot be made or written into: a
+    long run asks before its work, so that its results are not lost after it
+    (the caller exits 2)."""
+    import sys
+
+    try:
+        ensure_dir(Path(path).absolute().parent)
+    except GpusimError as e:
+        print(f"{name}: cannot write {path}: {e}", file=sys.stderr)
+        return True
+    return False
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -2451,6 +2451,10 @@ def bench_launch(r: Runner, K, mod):
 def cmd_run(args) -> int:
     import torch
 
+    from experiments import gpu_probe
+
+    if gpu_probe.start("calibrate.py", os.path.join(args.out_dir, "calibration_h100.csv"), None) is None:
+        return 2
     t_start = time.time()
     r = Runner(args)
     print(f"[calibrate] {r.prov['gpu']}, {r.sms} SMs, driver {r.prov['driver']}, clock "

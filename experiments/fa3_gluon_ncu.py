@@ -24,6 +24,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from kernels.provenance import provenance, write_csv_atomic  # noqa: E402
+from experiments import gpu_probe  # noqa: E402
 
 SHAPE = dict(batch=4, heads=16, seqlen=4096, head_dim=128)
 KERNELS = ("fa3_gluon", "sdpa_cudnn")
@@ -101,6 +102,8 @@ def main(argv=None) -> int:
     if a.target:
         target(a.target)
         return 0
+    if gpu_probe.start("fa3_gluon_ncu.py", a.out, argv, ncu=True) is None:
+        return 2
     prov = provenance("PYTHONPATH=. python3 experiments/fa3_gluon_ncu.py")
     rows = []
     for causal in (0, 1):

@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kernels.bench import make_fn, parse_kernel  # noqa: E402
 from kernels.provenance import provenance, write_csv_atomic  # noqa: E402
+from experiments import gpu_probe  # noqa: E402
 
 COLUMNS = ["kernel", "batch", "heads", "seqlen", "head_dim", "causal", "measure", "n", "p10_ms", "p50_ms",
            "p90_ms", "min_ms", "max_ms", "values_ms"]
@@ -68,7 +69,7 @@ def planned_afresh():
         fa3_gluon._plan_key = keyed
 
 
-def main(argv=None):
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seqlens", default="512,1024")
@@ -77,6 +78,8 @@ def main(argv=None):
     ap.add_argument("--profile-host", type=int, default=0, metavar="CALLS",
                     help="also cProfile this many calls of each kernel's host path (first shape only)")
     a = ap.parse_args(argv)
+    if gpu_probe.start("fa3_gluon_small_n_probe.py", a.out, argv) is None:
+        return 2
 
     import torch
     import triton.testing
@@ -150,7 +153,8 @@ def main(argv=None):
                               f"p10 {p10:.4f} p50 {p50:.4f} p90 {p90:.4f} ms (min {lo:.4f}, max {hi:.4f})",
                               file=sys.stderr, flush=True)
     write_csv_atomic(a.out, rows, COLUMNS + [k for k in prov if k not in COLUMNS])
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,6 +1,7 @@
-"""What every GPU probe checks before its GPU work (fa1_traffic_probe.py,
-l2_keep_probe.py, flush_probe.py, fa2_stamps.py's GPU commands): that its results file can be written (a
-file that cannot be written would lose the run) and that a CUDA GPU is there.
+"""What every GPU probe checks before its GPU work (the experiments that
+time or profile kernels): that its results file can be written (a file that
+cannot be written would lose the run), that a CUDA GPU is there and, for
+those that profile, that ncu is.
 No simulator import (runs on the GPU machine)."""
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import os
 import sys
 
 
-def start(script: str, out: str, argv) -> dict | None:
+def start(script: str, out: str, argv, ncu: bool = False) -> dict | None:
     """The run's provenance for `python experiments/<script> <argv>`, or None
-    after one line on stderr saying why it cannot run (the caller returns 2)."""
+    after one line on stderr saying why it cannot run (the caller returns 2).
+    ncu: the run profiles with Nsight Compute, which must be on PATH."""
+    import shutil
+
     import torch
 
     from gpusim.artifacts import cannot_write
@@ -21,6 +25,9 @@ def start(script: str, out: str, argv) -> dict | None:
         return None
     if not torch.cuda.is_available():
         print(f"{name}: needs a CUDA GPU", file=sys.stderr)
+        return None
+    if ncu and shutil.which("ncu") is None:
+        print(f"{name}: needs Nsight Compute's ncu on PATH", file=sys.stderr)
         return None
     args = argv if argv is not None else sys.argv[1:]
     return provenance(" ".join([f"python experiments/{script}", *args]))

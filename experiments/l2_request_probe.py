@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from experiments.ncu_counters import second_launch  # noqa: E402
 from kernels.provenance import provenance, write_csv_atomic  # noqa: E402
+from experiments import gpu_probe  # noqa: E402
 
 # Counters by the stage of the path they count, where this ncu has them
 # (base names; .sum is read). Missing ones are left out and listed.
@@ -95,6 +96,8 @@ def main(argv=None) -> int:
     if a.target is not None:
         target(a.target)
         return 0
+    if gpu_probe.start("l2_request_probe.py", a.out, argv, ncu=True) is None:
+        return 2
     ncu = shutil.which("ncu") or "ncu"
     known, lrc = available(ncu)
     missing = [m for m in WANTED if m not in known]

@@ -25,6 +25,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from kernels.provenance import provenance, write_csv_atomic  # noqa: E402
+from experiments import gpu_probe  # noqa: E402
 
 SHAPE = dict(batch=4, heads=16, seqlen=4096, head_dim=128)
 # (block_m, block_n, warps, stages, causal): the spilling 128x64 w4 at 2-4 stages causal, and
@@ -39,6 +40,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "launch_timing_probe_h100.csv"))
     a = ap.parse_args(argv)
+    if gpu_probe.start("launch_timing_probe.py", a.out, argv) is None:
+        return 2
     import torch
     import triton
 

@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from experiments.ncu_counters import fa2_counter_rows, fa2_launch  # noqa: E402
 from kernels.provenance import write_csv_atomic  # noqa: E402
+from experiments import gpu_probe  # noqa: E402
 
 # the measured sweep's shape at N = 16384, D = 64 (16k tokens, hidden 2048)
 SHAPE = dict(batch=1, heads=32, seqlen=16384, head_dim=64)
@@ -71,6 +72,8 @@ def main(argv=None) -> int:
     if a.target:
         fa2_launch(a.target, SHAPE)
         return 0
+    if gpu_probe.start("pipe_counters.py", a.out, argv, ncu=True) is None:
+        return 2
     wanted = metrics(available())
     if not wanted:
         print("pipe_counters: ncu lists none of the wished metrics (is ncu on PATH?)", file=sys.stderr)

@@ -21,6 +21,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from algorithms.problem import TileConfig  # noqa: E402
+from experiments import gpu_probe  # noqa: E402
 
 SEQLENS = (4096, 8192, 16384)
 HEAD_DIM = 128
@@ -53,6 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--variants", choices=sorted(VARIANTS), default="persistent")
     a = ap.parse_args(argv)
+    if gpu_probe.start("qk_store_probe.py", a.out, argv) is None:
+        return 2
     import torch
     import triton
 

@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from experiments.ncu_counters import fa2_counter_rows, fa2_launch  # noqa: E402
 from kernels.provenance import write_csv_atomic  # noqa: E402
+from experiments import gpu_probe  # noqa: E402
 
 SHAPE = dict(batch=4, heads=16, seqlen=4096, head_dim=128)
 # (block_m, block_n, warps, stages, causal): 128x64 w4 at 2-4 stages, causal and not, is where
@@ -37,6 +38,8 @@ def main(argv=None) -> int:
     if a.target:
         fa2_launch(a.target, SHAPE)
         return 0
+    if gpu_probe.start("spill_counters.py", a.out, argv, ncu=True) is None:
+        return 2
     rows = []
     for row in fa2_counter_rows(os.path.abspath(__file__), CONFIGS, SHAPE, METRICS,
                                 "PYTHONPATH=. python3 experiments/spill_counters.py", units=True):

@@ -149,6 +149,10 @@ def main(argv=None):
     ap.add_argument("--gluon-only", action="store_true", help="probe kernels.fa3_gluon alone")
     ap.add_argument("--outdir", default=os.path.join("experiments", "results"))
     a = ap.parse_args(argv)
+    from gpusim.artifacts import cannot_write
+
+    if cannot_write("triton_smem_probe", os.path.join(a.outdir, "triton_smem_fa2.csv")):
+        return 2    # (before minutes of compiles, not after)
     import triton
 
     command = "python " + " ".join(["experiments/triton_smem_probe.py"] + (argv if argv is not None else sys.argv[1:]))
@@ -194,4 +198,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

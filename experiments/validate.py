@@ -216,6 +216,10 @@ def _call(algo, dtype, q, k, v, causal, cfg, quantised=None):
 
 
 def cmd_measure(args) -> int:
+    from experiments import gpu_probe
+
+    if gpu_probe.start("validate.py", args.out, None) is None:
+        return 2
     import torch
     import triton
 
@@ -431,6 +435,10 @@ def cmd_ncu(args) -> int:
     import shutil
     import tempfile
 
+    from experiments import gpu_probe
+
+    if gpu_probe.start("validate.py", args.out, None, ncu=True) is None:
+        return 2
     t0 = time.time()
     command = "PYTHONPATH=. python3 experiments/validate.py " + " ".join(sys.argv[1:])
     prov = provenance(command)

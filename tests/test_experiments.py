@@ -217,8 +217,8 @@ def test_gpu_monitor_window_medians_and_cap_share():
 
 def test_long_runs_refuse_an_unwritable_output_before_they_start(capsys):
     """gpusim compare and sweep, top_pick.py, validate.py report,
-    autotune_prune.py precompute and fast_vs_full.py predict for minutes
-    before they write: an output they cannot write is refused first,
+    autotune_prune.py precompute, triton_smem_probe.py and fast_vs_full.py
+    predict or compile for minutes before they write: an output they cannot write is refused first,
     in one line (compare had predicted for 22 s on one small shape, sweep for
     51 s on a small problem, precompute 78 s, then failed)."""
     import os
@@ -236,5 +236,40 @@ def test_long_runs_refuse_an_unwritable_output_before_they_start(capsys):
     assert capsys.readouterr().err.strip() == "validate: cannot create output folder /proc/no/such: No such file or directory"
     assert autotune_prune.main(["precompute", "--predictions", "/proc/no/such/p.json", "--no-progress"]) == 2
     assert "cannot create output folder /proc/no/such" in capsys.readouterr().err
+    assert _experiment("triton_smem_probe").main(["--outdir", "/proc/no/such"]) == 2
+    assert "triton_smem_probe: cannot write /proc/no/such" in capsys.readouterr().err
     assert fast_vs_full.main(["--out", "/proc/no/such/fvf.csv"]) == 2
     assert capsys.readouterr().err.strip().startswith("fast_vs_full: cannot write /proc/no/such/fvf.csv")
+
+
+# The GPU machine's experiments, and the argv that names their output.
+GPU_RUNS = [("pipe_counters", ["--out"]), ("spill_counters", ["--out"]), ("l2_request_probe", ["--out"]),
+            ("fa3_gluon_ncu", ["--out"]), ("launch_timing_probe", ["--out"]), ("qk_store_probe", ["--out"]),
+            ("fa3_gluon_small_n_probe", ["--out"]), ("validate", ["measure", "--out"]),
+            ("validate", ["ncu", "--out"]), ("calibrate", ["run", "--out-dir"]), ("fa2_stamps", ["measure", "--out"])]
+
+
+def _experiment(script: str):
+    import importlib
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    return importlib.import_module(f"experiments.{script}")
+
+
+@pytest.mark.parametrize("script, argv", GPU_RUNS)
+def test_gpu_runs_refuse_an_unwritable_output_before_gpu_work(script, argv, capsys):
+    """Each checks first (experiments/gpu_probe.start) that its results can be
+    written: one line, exit 2, with a GPU or without."""
+    out = "/proc/no/such" + ("" if argv[-1] == "--out-dir" else "/out.csv")
+    assert _experiment(script).main([*argv, out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"{script}: cannot write /proc/no/such"), err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="on a GPU these would run")
+@pytest.mark.parametrize("script, argv", GPU_RUNS)
+def test_gpu_runs_say_they_need_a_gpu_in_one_line(script, argv, tmp_path, capsys):
+    out = tmp_path if argv[-1] == "--out-dir" else tmp_path / "out.csv"
+    assert _experiment(script).main([*argv, str(out)]) == 2
+    assert capsys.readouterr().err.strip() == f"{script}: needs a CUDA GPU"

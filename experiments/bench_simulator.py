@@ -146,8 +146,11 @@ def main(argv=None) -> int:
         print(f"the slowest tenth of the jobs took {sum(r['wall_s'] for r in slowest) / total:.0%} of the "
               f"workers' {total:.0f} s:", file=sys.stderr)
         for r in slowest[:10]:
-            part = f"{r['ctas_simulated']} of {r['ctas_simulated'] + r['ctas_ghosted']} CTAs simulated" \
-                + (f" (one of {r['parts']} parts)" if r["parts"] > 1 else "") if r["outcome"] == "ok" else ""
+            part = ""
+            if r["outcome"] == "ok":
+                part = f"{r['ctas_simulated']} of {r['ctas_simulated'] + r['ctas_ghosted']} CTAs simulated"
+                if r["parts"] > 1:
+                    part += f" (one of {r['parts']} parts)"
             print(f"  {r['wall_s']:6.1f} s  B{r['batch']} H{r['heads']} N{r['seqlen']} D{r['head_dim']} "
                   f"causal={r['causal']} {r['config']}  {part}", file=sys.stderr)
         if a.jobs_out:

@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -41,8 +42,6 @@ def cannot_write(name: str, path) -> bool:
     the folder of results file `path` cannot be made or written into: a
     long run asks before its work, so that its results are not lost after it
     (the caller exits 2)."""
-    import sys
-
     try:
         ensure_dir(Path(path).absolute().parent)
     except GpusimError as e:

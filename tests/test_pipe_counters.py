@@ -30,7 +30,9 @@ def test_available_reads_the_first_word_of_ncus_metric_lines(monkeypatch):
 
 
 def test_main_refuses_when_ncu_knows_none_of_them(monkeypatch, capsys):
+    """(Past the GPU's preflight, which a machine without one stops at first.)"""
     monkeypatch.setattr(pipe_counters, "available", lambda: set())
+    monkeypatch.setattr(pipe_counters.gpu_probe, "start", lambda *a, **k: {})
     assert pipe_counters.main(["--out", os.devnull]) == 2
     assert "none of the wished metrics" in capsys.readouterr().err
 

@@ -218,27 +218,23 @@ def test_gpu_monitor_window_medians_and_cap_share():
 def test_long_runs_refuse_an_unwritable_output_before_they_start(capsys):
     """gpusim compare and sweep, top_pick.py, validate.py report,
     autotune_prune.py precompute, triton_smem_probe.py and fast_vs_full.py
-    predict or compile for minutes before they write: an output they cannot write is refused first,
-    in one line (compare had predicted for 22 s on one small shape, sweep for
-    51 s on a small problem, precompute 78 s, then failed)."""
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from experiments import autotune_prune, fast_vs_full, top_pick, validate
-
+    predict or compile for minutes before they write: an output they cannot
+    write is refused first, in one line (compare had predicted for 22 s on
+    one small shape, sweep for 51 s on a small problem, precompute 78 s, then
+    failed)."""
     assert main(["compare", "--out", "/proc/no/such", "--no-progress"]) == 2
     assert "cannot create output folder /proc/no/such" in capsys.readouterr().err
     assert main(["sweep", "--seqlen", "1024", "--out", "/proc/no/such", "--no-progress"]) == 2
     assert "cannot create output folder /proc/no/such" in capsys.readouterr().err
-    assert top_pick.main(["--out", "/proc/no/such", "--no-progress"]) == 2
+    assert _experiment("top_pick").main(["--out", "/proc/no/such", "--no-progress"]) == 2
     assert "cannot create output folder /proc/no/such" in capsys.readouterr().err
-    assert validate.main(["report", "--report", "/proc/no/such/r.md", "--no-plots"]) == 2
+    assert _experiment("validate").main(["report", "--report", "/proc/no/such/r.md", "--no-plots"]) == 2
     assert capsys.readouterr().err.strip() == "validate: cannot create output folder /proc/no/such: No such file or directory"
-    assert autotune_prune.main(["precompute", "--predictions", "/proc/no/such/p.json", "--no-progress"]) == 2
+    assert _experiment("autotune_prune").main(["precompute", "--predictions", "/proc/no/such/p.json", "--no-progress"]) == 2
     assert "cannot create output folder /proc/no/such" in capsys.readouterr().err
     assert _experiment("triton_smem_probe").main(["--outdir", "/proc/no/such"]) == 2
     assert "triton_smem_probe: cannot write /proc/no/such" in capsys.readouterr().err
-    assert fast_vs_full.main(["--out", "/proc/no/such/fvf.csv"]) == 2
+    assert _experiment("fast_vs_full").main(["--out", "/proc/no/such/fvf.csv"]) == 2
     assert capsys.readouterr().err.strip().startswith("fast_vs_full: cannot write /proc/no/such/fvf.csv")
 
 
@@ -246,7 +242,8 @@ def test_long_runs_refuse_an_unwritable_output_before_they_start(capsys):
 GPU_RUNS = [("pipe_counters", ["--out"]), ("spill_counters", ["--out"]), ("l2_request_probe", ["--out"]),
             ("fa3_gluon_ncu", ["--out"]), ("launch_timing_probe", ["--out"]), ("qk_store_probe", ["--out"]),
             ("fa3_gluon_small_n_probe", ["--out"]), ("validate", ["measure", "--out"]),
-            ("validate", ["ncu", "--out"]), ("calibrate", ["run", "--out-dir"]), ("fa2_stamps", ["measure", "--out"])]
+            ("validate", ["ncu", "--out"]), ("calibrate", ["run", "--out-dir"]), ("fa2_stamps", ["measure", "--out"]),
+            ("fa2_stamps", ["warmth", "--out"]), ("fa2_stamps", ["lone", "--out"])]
 
 
 def _experiment(script: str):

@@ -122,4 +122,3 @@ def test_lone_cases_are_checked_against_the_lone_list():
     names = "N16384_D128_c0_128x128w8s2,N16384_D64_c0_128x64w4s3"
     assert [fa2_stamps.case_name(c) for c in fa2_stamps.lone_selected(names)] == \
         ["N16384_D64_c0_128x64w4s3", "N16384_D128_c0_128x128w8s2"]
-

@@ -81,14 +81,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="experiments/results/clock_after_load_h100.csv")
     args = ap.parse_args(argv)
+    from experiments import gpu_probe
+
+    prov = gpu_probe.start("clock_after_load.py", args.out, None)
+    if prov is None:
+        return 2
     import torch
 
-    from kernels.provenance import provenance, write_csv_atomic
+    from kernels.provenance import write_csv_atomic
 
-    if not torch.cuda.is_available():
-        print("clock_after_load: needs a CUDA GPU", file=sys.stderr)
-        return 2
-    prov = provenance(" ".join(["python experiments/clock_after_load.py"] + sys.argv[1:]))
     probe = _probe_kernel()
     out = torch.zeros(2, dtype=torch.int64, device="cuda")
     rows = []

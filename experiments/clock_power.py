@@ -319,10 +319,11 @@ def main(argv=None) -> int:
         print(f"clock_power: --only takes micro, attention, stamped, probe and/or span, got {args.only!r}",
               file=sys.stderr)
         return 2
-    import torch
-    if not torch.cuda.is_available():
-        print("clock_power: needs a CUDA GPU", file=sys.stderr)
+    from experiments import gpu_probe
+
+    if gpu_probe.start("clock_power.py", args.out, None) is None:
         return 2
+    import torch
     import triton
 
     from kernels.gpu_monitor import GpuMonitor

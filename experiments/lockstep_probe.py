@@ -103,18 +103,17 @@ def _kernel():
     return _stream
 
 
-def _on_gpu():
+def _on_gpu(out: str):
     """(provenance, the probe's kernel, the GPU's SM count), or None, said in
-    one line, without a CUDA GPU."""
+    one line, where `out` cannot be written or there is no CUDA GPU."""
     import torch
 
-    from kernels.provenance import provenance
+    from experiments import gpu_probe
 
-    if not torch.cuda.is_available():
-        print("lockstep_probe: needs a CUDA GPU", file=sys.stderr)
+    prov = gpu_probe.start("lockstep_probe.py", out, None)
+    if prov is None:
         return None
-    return (provenance(" ".join(["python experiments/lockstep_probe.py"] + sys.argv[1:])), _kernel(),
-            torch.cuda.get_device_properties(0).multi_processor_count)
+    return prov, _kernel(), torch.cuda.get_device_properties(0).multi_processor_count
 
 
 def _ring(rows_q: int, block_n: int, tiles: int):
@@ -159,7 +158,7 @@ def _write(out: str, rows: list) -> int:
 def measure(out: str) -> int:
     import torch
 
-    gpu = _on_gpu()
+    gpu = _on_gpu(out)
     if gpu is None:
         return 2
     prov, kernel, ctas = gpu
@@ -287,7 +286,7 @@ def measure_sizes(out: str, variants=((BLOCK_M, WARPS),), sizes=None, pvs=(True,
     same at every size) or bytes, and does the P·V hide any of it?"""
     import torch
 
-    gpu = _on_gpu()
+    gpu = _on_gpu(out)
     if gpu is None:
         return 2
     prov, kernel, ctas = gpu
@@ -319,7 +318,7 @@ def measure_sizes(out: str, variants=((BLOCK_M, WARPS),), sizes=None, pvs=(True,
 def measure_where(out: str) -> int:
     import torch
 
-    gpu = _on_gpu()
+    gpu = _on_gpu(out)
     if gpu is None:
         return 2
     prov, kernel, ctas = gpu

@@ -168,6 +168,14 @@ def main(argv=None):
     if a.plot_only:
         plot(a.out, png)
         return
+    for path in filter(None, (a.out, png, a.standard_parts)):     # (before the GPU's minutes, not after)
+        folder = os.path.dirname(os.path.abspath(path))
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as e:
+            raise SystemExit(f"kernels.bench: cannot write {path}: {e.strerror}") from None
+        if not os.access(folder, os.W_OK):
+            raise SystemExit(f"kernels.bench: cannot write {path}: {folder} is not writable")
     import torch
     import triton
 

@@ -243,7 +243,8 @@ GPU_RUNS = [("pipe_counters", ["--out"]), ("spill_counters", ["--out"]), ("l2_re
             ("fa3_gluon_ncu", ["--out"]), ("launch_timing_probe", ["--out"]), ("qk_store_probe", ["--out"]),
             ("fa3_gluon_small_n_probe", ["--out"]), ("validate", ["measure", "--out"]),
             ("validate", ["ncu", "--out"]), ("calibrate", ["run", "--out-dir"]), ("fa2_stamps", ["measure", "--out"]),
-            ("fa2_stamps", ["warmth", "--out"]), ("fa2_stamps", ["lone", "--out"])]
+            ("fa2_stamps", ["warmth", "--out"]), ("fa2_stamps", ["lone", "--out"]),
+            ("clock_power", ["--out"]), ("clock_after_load", ["--out"]), ("lockstep_probe", ["--out"])]
 
 
 def _experiment(script: str):

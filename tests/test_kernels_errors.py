@@ -121,3 +121,11 @@ def test_bench_kernel_specs_parse_or_name_what_is_allowed():
         with pytest.raises(SystemExit) as info:
             parse_kernel(bad)
         assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_bench_refuses_an_output_it_cannot_write_before_any_gpu_work():
+    from kernels.bench import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--out", "/proc/no/such/bench.csv"])
+    assert str(info.value).startswith("kernels.bench: cannot write /proc/no/such/bench.csv")

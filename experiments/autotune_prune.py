@@ -244,12 +244,10 @@ def markdown(rows, prov) -> str:
 
 
 def cmd_run(a) -> int:
-    import torch
-
+    from experiments import gpu_probe
     from gpusim.artifacts import atomic_write_text, write_csv
 
-    if not torch.cuda.is_available():
-        print("autotune_prune run: needs a CUDA GPU", file=sys.stderr)
+    if gpu_probe.start("autotune_prune.py", str(Path(a.out) / "autotune_prune_h100.csv"), None) is None:
         return 2
     if not Path(a.predictions).is_file():
         print(f"autotune_prune run: {a.predictions} is missing; run `precompute` on a machine "

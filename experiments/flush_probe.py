@@ -129,18 +129,13 @@ def main(argv=None) -> int:
     if not a.out:
         print("flush_probe: --out is required (the results CSV)", file=sys.stderr)
         return 2
-    import shutil
-
     import torch
 
     from experiments.gpu_probe import start
     from gpusim.artifacts import write_csv
 
-    prov = start("flush_probe.py", a.out, argv)
+    prov = start("flush_probe.py", a.out, argv, ncu=a.ncu)
     if prov is None:
-        return 2
-    if a.ncu and shutil.which("ncu") is None:
-        print("flush_probe: --ncu needs Nsight Compute's `ncu` on PATH", file=sys.stderr)
         return 2
     rows = []
     for mb in READ_MB:

@@ -6,6 +6,7 @@ No simulator import (runs on the GPU machine)."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 
@@ -13,8 +14,6 @@ def start(script: str, out: str, argv, ncu: bool = False) -> dict | None:
     """The run's provenance for `python experiments/<script> <argv>`, or None
     after one line on stderr saying why it cannot run (the caller returns 2).
     ncu: the run profiles with Nsight Compute, which must be on PATH."""
-    import shutil
-
     import torch
 
     from gpusim.artifacts import cannot_write

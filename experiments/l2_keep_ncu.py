@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -118,17 +117,10 @@ def main(argv=None) -> int:
     if a.target is not None:
         target(a.target)
         return 0
-    from algorithms.errors import GpusimError
-    from gpusim.artifacts import ensure_dir
+    from experiments.gpu_probe import start
     from kernels.provenance import provenance, write_csv_atomic
 
-    try:    # before ncu's runs: a results file that cannot be written loses them
-        ensure_dir(os.path.dirname(os.path.abspath(a.out)))
-    except GpusimError as e:
-        print(f"l2_keep_ncu: cannot write {a.out}: {e}", file=sys.stderr)
-        return 2
-    if shutil.which("ncu") is None:
-        print("l2_keep_ncu: needs Nsight Compute's ncu on PATH (the GPU machine has it)", file=sys.stderr)
+    if start("l2_keep_ncu.py", a.out, argv, ncu=True) is None:    # before ncu's runs, not after
         return 2
     script = os.path.abspath(__file__)
     rows = []

@@ -230,7 +230,8 @@ GPU_RUNS = [("pipe_counters", ["--out"]), ("spill_counters", ["--out"]), ("l2_re
             ("validate", ["ncu", "--out"]), ("calibrate", ["run", "--out-dir"]), ("fa2_stamps", ["measure", "--out"]),
             ("fa2_stamps", ["warmth", "--out"]), ("fa2_stamps", ["lone", "--out"]),
             ("clock_power", ["--out"]), ("clock_after_load", ["--out"]), ("lockstep_probe", ["--out"]),
-            ("autotune_prune", ["run", "--out"])]
+            ("autotune_prune", ["run", "--out"]), ("flush_probe", ["--out"]), ("fa1_traffic_probe", ["--out"]),
+            ("l2_keep_probe", ["--out"]), ("l2_keep_ncu", ["--out"])]
 
 
 def _experiment(script: str):

@@ -7,7 +7,7 @@ each predicted with fast=True and fast=False on the h100 profile.
 The full simulation times every operation of every CTA on the whole GPU
 (seconds to tens of seconds a shape); the fast path simulates one of two
 equal parts of it where the problem allows (gpusim/symmetry.py) and
-extrapolates steady loops and CTA classes there (gpusim/engine/core.py).
+extrapolates steady loops and CTA classes there (gpusim/engine/skipping.py, ghosting.py).
 Both are the same model: the difference is the fast path's own error, apart
 from the model's error against the GPU.
 """

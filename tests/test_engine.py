@@ -11,7 +11,7 @@ from algorithms.ops import Load, Loop, Store, walk
 from algorithms.problem import AttentionProblem, TileConfig
 from gpusim import predict
 from gpusim.engine import simulate
-from gpusim.engine.core import _reads_back
+from gpusim.engine.skipping import _reads_back
 from gpusim.profile import load_profile, parse_profile, profiles_dir
 
 H100 = load_profile("h100")
@@ -167,7 +167,7 @@ def test_compute_bound_fa2_is_no_faster_than_flops_over_peak():
     # touch 53.5 MB an iteration against L2's 52.4 MB, and whether they find
     # them turns on their relative timing. Skipping iterations at periods timed
     # in the first ones came out -12.3% (runtime) and -13.7% (HBM reads) off
-    # (core.ROUND_TRIP_BAND).
+    # (skipping.ROUND_TRIP_BAND).
     ("fa1", AttentionProblem(batch=4, heads=32, seqlen_q=1024, head_dim=64), None),
 ])
 def test_fast_path_agrees_with_full_simulation(algo, problem, config):
@@ -189,7 +189,7 @@ def test_fast_path_agrees_with_full_simulation(algo, problem, config):
 
 def _class_run(stats, ctas):
     """Start every (start, duration) CTA of `ctas`, then end them in the order they finish."""
-    from gpusim.engine.core import N_COUNTERS
+    from gpusim.engine.counters import N_COUNTERS
     for start, _ in ctas:
         stats.running.append(start)
     for start, duration in sorted(ctas, key=lambda c: c[0] + c[1]):
@@ -201,7 +201,7 @@ def test_a_class_turns_steady_on_a_whole_wave_not_on_the_ctas_that_end_first():
     Durations are known as CTAs end and the short ones end first: six CTAs
     out of step (1.0 each, started apart) must not stand for a wave of twelve
     that take 1.6."""
-    from gpusim.engine.core import _ClassStats
+    from gpusim.engine.ghosting import _ClassStats
     out_of_step = [(0.2 * i, 1.0) for i in range(6)]
     in_step = [(0.1 + 1.6 * w + 0.01 * i, 1.6) for w in range(3) for i in range(12)]
     # six that agree, over a spread of starts longer than they take, are not a wave
@@ -303,10 +303,10 @@ def test_cancelled_background_stops_loading_the_server():
 
 
 def _shared_server():
-    from gpusim.engine.core import _Environment
+    from gpusim.engine.environment import EngineEnvironment
     from gpusim.engine.servers import SharedServer
 
-    env = _Environment()
+    env = EngineEnvironment()
     return env, SharedServer("x", env)
 
 

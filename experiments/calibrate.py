@@ -2794,7 +2794,8 @@ def mapping(rows):
                        ("residency.registers_per_sm", "regs_per_multiprocessor"),
                        ("residency.max_threads_per_sm", "max_threads_per_multi_processor"),
                        ("residency.smem_reserved_per_cta_bytes", "reservedSharedMemPerBlock"),
-                       ("l2.capacity_bytes", "l2_cache_size")):
+                       ("l2.capacity_bytes", "l2_cache_size"),
+                       ("hbm.capacity_bytes", "total_memory")):
         v, row = _val(rows, "device", param)
         if v is not None:
             out[tuple(key.split("."))] = (int(v), f"device query on the lent GPU, {date} ({gpu_desc}): "

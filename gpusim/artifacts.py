@@ -60,19 +60,27 @@ _UMASK = _umask()  # read once: os.umask is process-wide and not thread-safe
 
 
 def atomic_write_bytes(path, data: bytes) -> Path:
+    """Write `data` to `path` through a temporary file beside it, so that a
+    failed write leaves whatever `path` held; a write the system refuses (a
+    full disk, a folder that takes no files) is a one-line GpusimError."""
     path = Path(path)
     ensure_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise GpusimError(f"cannot write {path}: {exc.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual mode
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):
+            raise GpusimError(f"cannot write {path}: {exc.strerror}") from None
         raise
     return path
 
@@ -153,8 +161,8 @@ def pyplot():
     return plt
 
 
-def parse_int_list(text: str, name: str) -> list[int]:
-    """'64,128' -> [64, 128]; a bad item is a one-line GpusimError."""
+def parse_int_list(text: str, name: str, minimum: int | None = None) -> list[int]:
+    """'64,128' -> [64, 128]; a bad item, or one below `minimum`, is a one-line GpusimError."""
     out = []
     for item in str(text).split(","):
         item = item.strip()
@@ -164,6 +172,8 @@ def parse_int_list(text: str, name: str) -> list[int]:
             out.append(int(item))
         except ValueError:
             raise GpusimError(f"{name}: {item!r} is not an integer (give a comma-separated list)") from None
+        if minimum is not None and out[-1] < minimum:
+            raise GpusimError(f"{name}: {out[-1]} is below {minimum}, the least allowed")
     if not out:
         raise GpusimError(f"{name}: give at least one value")
     return out

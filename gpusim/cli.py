@@ -132,13 +132,14 @@ def cmd_profiles(a) -> int:
     if a.json:
         print(json.dumps(rows, indent=2))
         return 0
-    head = f"{'name':<12} {'SMs':>4} {'MHz':>5} {'TF16 peak':>9} {'TF16 sust.':>10} {'HBM GB/s':>9} " \
-           f"{'L2 MB':>6} {'SMEM/CTA KB':>11}  features"
+    width = max(12, max(len(r["name"]) for r in rows))
+    head = f"{'name':<{width}} {'SMs':>4} {'MHz':>5} {'TF16 peak':>9} {'TF16 sust.':>10} {'HBM GB':>6} " \
+           f"{'HBM GB/s':>9} {'L2 MB':>6} {'SMEM/CTA KB':>11}  features"
     print(head)
     for r in rows:
         feats = ",".join(k for k in ("wgmma", "tma", "fp8") if r[k]) or "-"
-        print(f"{r['name']:<12} {r['sms']:>4} {r['clock_mhz']:>5.0f} {r['peak_tflops_16bit']:>9.1f} "
-              f"{r['sustained_tflops_16bit']:>10.1f} {r['hbm_gbps']:>9.0f} {r['l2_mb']:>6.0f} "
+        print(f"{r['name']:<{width}} {r['sms']:>4} {r['clock_mhz']:>5.0f} {r['peak_tflops_16bit']:>9.1f} "
+              f"{r['sustained_tflops_16bit']:>10.1f} {r['hbm_gb']:>6.1f} {r['hbm_gbps']:>9.0f} {r['l2_mb']:>6.0f} "
               f"{r['smem_per_block_kb']:>11.0f}  {feats}")
     return 0
 

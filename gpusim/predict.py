@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import algorithms
 from algorithms.accounting import count
-from algorithms.errors import UnsupportedAlgorithm
+from algorithms.errors import InvalidProblem, UnsupportedAlgorithm
 from algorithms.problem import AttentionProblem, TileConfig
 
 from .occupancy import occupancy
@@ -130,6 +130,20 @@ def predict(problem: AttentionProblem, config: TileConfig | None, gpu, algo: str
             gc.enable()
 
 
+def check_fits_hbm(schedule, gpu) -> None:
+    """InvalidProblem (one line) when the schedule's global tensors -- Q, K,
+    V, O and what the algorithm keeps beside them (standard's S and P, FA1's
+    running output) -- need more than the GPU's memory: no such run exists
+    to predict (and counting one of petabytes would take hours)."""
+    tensors = schedule.tensors
+    need = sum(t.nbytes for t in tensors.values())
+    have = gpu.hbm.capacity_bytes
+    if need > have:
+        raise InvalidProblem(f"{schedule.algo} needs {need / 1e9:,.1f} GB of GPU memory for "
+                             f"{', '.join(tensors)}; {gpu.name} has {have / 1e9:,.1f} GB "
+                             f"(hbm.capacity_bytes): a smaller batch, fewer heads or a shorter sequence")
+
+
 def _predict(problem: AttentionProblem, config: TileConfig | None, gpu, algo: str,
              simulate: bool, fast: bool) -> Prediction:
     gpu = load_profile(gpu)
@@ -138,6 +152,7 @@ def _predict(problem: AttentionProblem, config: TileConfig | None, gpu, algo: st
     cfg = resolve_config(algo, problem, config, gpu)
     algorithms.check(algo, problem, cfg, gpu.residency.smem_per_block_bytes)
     schedule = algorithms.build(algo, problem, cfg, hopper=gpu.features.wgmma)
+    check_fits_hbm(schedule, gpu)
     counts = count(schedule)
     launches = []
     for launch in schedule.launches:

@@ -44,7 +44,8 @@ SCHEMA: dict[str, dict[str, tuple[type, object, object]]] = {
            "sm_store_bytes_per_clk": (float, 1, 4096), "sm_store_bytes_per_clk_per_warp": (float, 0.01, 4096),
            # per SM, by SM id: its L2 round trip less the median SM's (cycles); [] = all alike
            "sm_latency_offsets_cycles": (list, -1e4, 1e4)},
-    "hbm": {"peak_bandwidth_gbps": (float, 1, 1e6), "sustained_bandwidth_gbps": (float, 1, 1e6),
+    "hbm": {"capacity_bytes": (int, 1 << 20, 1 << 50),
+            "peak_bandwidth_gbps": (float, 1, 1e6), "sustained_bandwidth_gbps": (float, 1, 1e6),
             "latency_cycles": (float, 0, 1e5)},
     "copy": {"plain_load_latency_cycles": (float, 0, 1e5), "tma_extra_latency_cycles": (float, 0, 1e5),
              "tma_descriptor_setup_cycles": (float, 0, 1e6)},
@@ -118,7 +119,7 @@ class HardwareProfile:
             "clock_mhz": self.gpu.sm_clock_mhz,
             "peak_tflops_16bit": tc.peak_dense_tflops_16bit,
             "sustained_tflops_16bit": round(tc.peak_dense_tflops_16bit * tc.sustained_fraction, 1),
-            "hbm_gbps": hbm.sustained_bandwidth_gbps, "l2_mb": self.l2.capacity_bytes / 2**20,
+            "hbm_gb": hbm.capacity_bytes / 1e9, "hbm_gbps": hbm.sustained_bandwidth_gbps, "l2_mb": self.l2.capacity_bytes / 2**20,
             "smem_per_block_kb": self.residency.smem_per_block_bytes / 1024,
             "wgmma": self.features.wgmma, "tma": self.features.tma, "fp8": self.features.fp8,
         }

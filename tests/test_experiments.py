@@ -221,6 +221,51 @@ def test_long_runs_refuse_an_unwritable_output_before_they_start(capsys):
     assert "triton_smem_probe: cannot write /proc/no/such" in capsys.readouterr().err
     assert _experiment("fast_vs_full").main(["--out", "/proc/no/such/fvf.csv"]) == 2
     assert capsys.readouterr().err.strip().startswith("fast_vs_full: cannot write /proc/no/such/fvf.csv")
+    # roofline predicted its 20 configs (a minute) and trace ran its
+    # simulation before they failed to write
+    assert main(["roofline", "--out", "/proc/no/such", "--no-progress"]) == 2
+    assert "cannot create output folder /proc/no/such" in capsys.readouterr().err
+    assert main(["trace", "--seqlen", "512", "-o", "/proc/no/such/t.json"]) == 2
+    assert "cannot create output folder /proc/no/such" in capsys.readouterr().err
+    assert main(["trace", "--seqlen", "512", "--png", "/proc/no/such/t.png"]) == 2
+    assert "cannot create output folder /proc/no/such" in capsys.readouterr().err
+
+
+def test_a_write_the_system_refuses_is_one_line(tmp_path):
+    """/proc is a folder root may write into that takes no new files: the
+    temporary file of an atomic write fails, and says so in one line (trace
+    -o /proc/t.json printed a FileNotFoundError traceback); nothing is left
+    behind where a write fails after its temporary file was made."""
+    from algorithms.errors import GpusimError
+    from gpusim.artifacts import atomic_write_text
+
+    with pytest.raises(GpusimError, match=r"^cannot write /proc/t\.json: "):
+        atomic_write_text("/proc/t.json", "{}")
+    target = tmp_path / "kept.txt"
+    target.write_text("before")
+    (tmp_path / "kept.txt.d").mkdir()
+    with pytest.raises(GpusimError, match="cannot write"):
+        atomic_write_text(tmp_path / "kept.txt.d", "after")     # a folder stands where the file would go
+    assert target.read_text() == "before" and sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt", "kept.txt.d"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["compare", "--seqlens", "0", "--no-progress"], "--seqlens: 0 is below 1, the least allowed"),
+    (["compare", "--head-dims", "64,-128", "--no-progress"], "--head-dims: -128 is below 1, the least allowed"),
+    (["memory", "--seqlens", "1024,0"], "--seqlens: 0 is below 1, the least allowed"),
+    (["trace", "--seqlen", "512", "--sms", "133"], "--sms 133: h100 has 132 SMs"),
+    (["predict", "--batch", "1", "--heads", "16", "--seqlen", "100000000000", "--head-dim", "128"],
+     "fa2 needs 1,644,800.0 GB of GPU memory for Q, K, V, O, LSE; h100 has 85.0 GB"),
+    (["predict", "--algo", "standard", "--batch", "64", "--heads", "32", "--seqlen", "16384", "--head-dim", "64",
+      "--no-sim"], "standard needs 2,216.2 GB of GPU memory for Q, K, V, O, S, P"),
+])
+def test_cli_refuses_in_one_line(argv, says, capsys):
+    """compare --seqlens 0 was a ZeroDivisionError traceback; trace --sms past
+    the GPU's SMs traced 'of 100000 SMs'; a problem larger than the GPU's
+    memory was counted for hours (N = 1e11)."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "\n" not in err
 
 
 # The GPU machine's experiments, and the argv that names their output.

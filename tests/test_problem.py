@@ -79,3 +79,19 @@ def test_192_row_tile_runs_only_in_fa3():
     for algo in ("fa2", "fa1", "standard", "fa3_triton"):
         with pytest.raises(InvalidConfig, match="block_m to be a power of two, got 192"):
             algorithms.check(algo, p, cfg.with_(num_warps=8 if algo != "fa3_triton" else 16), 232448)
+
+
+def test_a_problem_larger_than_the_gpus_memory_is_refused_at_once():
+    """The schedule's global tensors against hbm.capacity_bytes, before the
+    accounting (which walked a 1e11-token problem for hours): standard's S and
+    P are N² a head, so it stops fitting long before FlashAttention does."""
+    from gpusim import predict
+
+    p = AttentionProblem(batch=8, heads=32, seqlen_q=16384, head_dim=64)      # S and P 275 GB, Q K V O 2 GB
+    with pytest.raises(InvalidProblem, match=r"^standard needs 277\.0 GB of GPU memory for Q, K, V, O, S, P; "
+                                             r"h100 has 85\.0 GB"):
+        predict(p, None, "h100", "standard", simulate=False)
+    assert predict(p, None, "h100", "fa2", simulate=False).global_read_bytes > 0   # 0.5 GB: fits
+    with pytest.raises(InvalidProblem, match="h200 has 150.1 GB"):
+        predict(AttentionProblem(batch=1, heads=1, seqlen_q=10**11, head_dim=64), None, "h200", "fa2",
+                simulate=False)

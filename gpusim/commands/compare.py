@@ -45,8 +45,8 @@ def cmd_compare(a) -> int:
 
     gpus = parse_str_list(a.gpus, "--gpus")
     algos = parse_str_list(a.algos, "--algos", ALGORITHMS)
-    seqlens = parse_int_list(a.seqlens, "--seqlens")
-    head_dims = parse_int_list(a.head_dims, "--head-dims")
+    seqlens = parse_int_list(a.seqlens, "--seqlens", minimum=1)
+    head_dims = parse_int_list(a.head_dims, "--head-dims", minimum=1)
     causal_flags = parse_int_list(a.causal, "--causal")
     if any(c not in (0, 1) for c in causal_flags):
         raise GpusimError(f"--causal takes 0, 1 or 0,1, got {a.causal}")

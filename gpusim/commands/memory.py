@@ -59,9 +59,7 @@ def cmd_memory(a) -> int:
     model = model_from_args(a)
     if a.batch < 1 or a.seqlen < 1:
         raise GpusimError(f"--batch and --seqlen must be positive, got {a.batch} and {a.seqlen}")
-    seqlens = sorted(set(parse_int_list(a.seqlens, "--seqlens")))
-    if seqlens[0] < 1:
-        raise GpusimError("--seqlens must be positive")
+    seqlens = sorted(set(parse_int_list(a.seqlens, "--seqlens", minimum=1)))
     rows = table(model, seqlens, a.batch, a.dtype)
     here = table(model, [a.seqlen], a.batch, a.dtype)[0]
     print(f"{model.name}: {model.layers} layers, {model.heads} heads, {model.kv_heads} KV heads "

@@ -10,11 +10,9 @@ the figure's legend say which).
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from algorithms.defaults import ALGORITHMS
 
-from ..artifacts import DEFAULT_RESULTS, parse_str_list, save_figure, write_csv
+from ..artifacts import DEFAULT_RESULTS, ensure_dir, parse_str_list, save_figure, write_csv
 from ..cli import add_problem_args, problem_from_args
 from .sweep import add_executor_args
 
@@ -44,6 +42,7 @@ def cmd_roofline(a) -> int:
         load_profile(g)
     algos = parse_str_list(a.algos, "--algos", ALGORITHMS)
     problem = problem_from_args(a)
+    out = ensure_dir(a.out)     # (before the predictions, not after)
     # The roofline is useful without the simulator (compulsory bytes), so a
     # missing engine falls back to it and says so rather than failing.
     simulate = not a.no_sim and engine_available()
@@ -58,7 +57,6 @@ def cmd_roofline(a) -> int:
     p = problem
     stem = (f"roofline_b{p.batch}-h{p.heads}-n{p.seqlen_q}-d{p.head_dim}"
             f"{'-causal' if p.causal else ''}-{p.dtype}")
-    out = Path(a.out)
     csv_path = write_csv(out / f"{stem}.csv", pts)
     title = (f"Roofline: B={p.batch} H={p.heads} N={p.seqlen_q} D={p.head_dim}"
              f"{' causal' if p.causal else ''} {p.dtype}, default configs"

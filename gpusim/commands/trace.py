@@ -1,9 +1,12 @@
 """gpusim trace: a Chrome/Perfetto timeline of one simulated run (and a Gantt PNG)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import algorithms
 from algorithms.defaults import SCHEDULES
 
+from ..artifacts import ensure_dir
 from ..cli import add_config_args, add_problem_args, config_from_args, problem_from_args
 
 
@@ -30,10 +33,16 @@ def run(a) -> int:
     if a.sms < 1:
         raise GpusimError(f"--sms must be at least 1, got {a.sms}")
     gpu = load_profile(a.gpu)
+    if a.sms > gpu.gpu.sm_count:
+        raise GpusimError(f"--sms {a.sms}: {gpu.name} has {gpu.gpu.sm_count} SMs")
     problem = problem_from_args(a)
     config = resolve_config(a.algo, problem, config_from_args(a, a.algo, problem, gpu.features.wgmma), gpu)
     check_supported(a.algo, problem, gpu)
     algorithms.check(a.algo, problem, config, gpu.residency.smem_per_block_bytes)
+    # the outputs' folders before the simulation, not after it
+    for path in (a.output, a.png):
+        if path:
+            ensure_dir(Path(path).absolute().parent)
     tracer = Tracer(max_sms=a.sms)
     schedule = algorithms.build(a.algo, problem, config, hopper=gpu.features.wgmma)
     result = simulate(schedule, gpu, fast=a.fast, tracer=tracer)

@@ -143,7 +143,7 @@ def step_ops(dtype: str, mma: str, rows: int, block_n: int, head_dim: int, repli
     and the profile's slow tensor rate stood in for the difference,
     validation_notes.md session 17.) The serial fraction and the chain's
     latency of the profile are reduced from calibrate.py's dot_chain rows
-    with the same composition (calibrate._dot_chain_steps).
+    with the same composition (experiments/calibration/reduce.py, _dot_chain_steps).
 
     warpgroups: the CTA's warpgroups, which issue their Q Kᵀ together after
     the trip's barrier (Mma.issued_with); their P V each issues after its own

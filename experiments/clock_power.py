@@ -124,7 +124,7 @@ def sustained(torch, fn, seconds: float = SUSTAIN_S):
 
 def micro_cases(torch, sms: int):
     """(label, fn, work per launch, unit, detail) of the microbenchmarks."""
-    from experiments.calibrate import DOT_SHAPES, DOT_WARPS, triton_kernels
+    from experiments.calibration.triton_kernels import DOT_SHAPES, DOT_WARPS, triton_kernels
 
     K = triton_kernels()
     cases = []
@@ -185,7 +185,8 @@ def stamped_cases(torch, sms: int):
     clock_stamp) and fa2 launched with stamps (the median CTA's clock64 over
     its global-timer span)."""
     from algorithms.problem import TileConfig
-    from experiments.calibrate import DOT_SHAPES, DOT_WARPS, stamped_clock, triton_kernels
+    from experiments.calibration.runner import stamped_clock
+    from experiments.calibration.triton_kernels import DOT_SHAPES, DOT_WARPS, triton_kernels
     from experiments.fa2_stamps import _stamped_inputs
     from kernels import fa2
 
@@ -219,7 +220,7 @@ def probe_kernel(torch, sms: int):
     Its time on CUDA events gives the clock it ran at, against its time at a
     known clock: no global timer in the kernel (whose reading disagrees with
     NVML's by -10% to +6% across kernels, clock_stamped_h100.csv)."""
-    from experiments.calibrate import triton_kernels
+    from experiments.calibration.triton_kernels import triton_kernels
     K = triton_kernels()
     out = torch.empty(sms * 1024, device="cuda", dtype=torch.float32)
     return lambda: K["exp2_loop"][(sms,)](out, PROBE_ITERS, BLOCK=1024, num_warps=4)

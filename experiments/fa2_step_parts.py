@@ -125,7 +125,7 @@ def dot_chain_one_cta(calibration: list[dict]) -> list[dict]:
     """The one-CTA 4-warp dot_chain rows: cycles a step, the softmax chain's
     stall clocks (cross-compiled here) and the flop a clock the products
     must then reach at least."""
-    from experiments.calibrate import compile_dot_chain
+    from experiments.calibration.cross_compile import compile_dot_chain
     from kernels import sass
 
     out = []
@@ -145,7 +145,7 @@ def dot_chain_one_cta(calibration: list[dict]) -> list[dict]:
 
 def dot_chain_reductions(calibration: list[dict], rates: dict) -> list[tuple]:
     """calibrate.py's dot_chain reduction at each tensor rate (flop a clock)."""
-    from experiments import calibrate
+    from experiments.calibration import reduce
     from gpusim.profile import load_profile
 
     measured = load_profile("h100.measured")
@@ -153,8 +153,8 @@ def dot_chain_reductions(calibration: list[dict], rates: dict) -> list[tuple]:
              "smem": measured.units.smem_bytes_per_clk_per_sm, "operand_bytes": measured.wgmma_operand_bytes}
     out = []
     for name, rate in rates.items():
-        steps = calibrate._dot_chain_steps(calibration, {**units, "tensor": rate})
-        out.append((name, rate, calibrate.flash_step_latencies(steps), calibrate.chain_serial_fractions(steps)))
+        steps = reduce._dot_chain_steps(calibration, {**units, "tensor": rate})
+        out.append((name, rate, reduce.flash_step_latencies(steps), reduce.chain_serial_fractions(steps)))
     return out
 
 

@@ -60,7 +60,7 @@ def chain_schedule(bm, bn, d, warps, grid, regs, smem):
     from algorithms.problem import AttentionProblem, TileConfig
     from algorithms.schedule import CtaProgram, Launch, Role, Schedule, pipelined_loop
 
-    from experiments.calibrate import dot_chain_loop
+    from experiments.calibration.cross_compile import dot_chain_loop
     roles = warps // 4
     reps = warpgroup_replicas(TileConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=1))
     # its instructions a step as ptxas compiled them, as fa2's come from its probe table

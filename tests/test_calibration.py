@@ -26,6 +26,24 @@ def calibrate():
     return calibrate
 
 
+@pytest.fixture(scope="module")
+def rows():
+    from experiments.calibration import rows
+    return rows
+
+
+@pytest.fixture(scope="module")
+def runner():
+    from experiments.calibration import runner
+    return runner
+
+
+@pytest.fixture(scope="module")
+def reduce():
+    from experiments.calibration import reduce
+    return reduce
+
+
 def _profile(name):
     return tomllib.loads((profiles_dir() / f"{name}.toml").read_text())
 
@@ -49,11 +67,11 @@ def _row(bench, param, value, **extra):
     return {"bench": bench, "param": param, "value": value, "detail": extra.pop("detail", "d"), **extra}
 
 
-def test_median_rows_keeps_the_median_runs_row_and_every_value(calibrate):
+def test_median_rows_keeps_the_median_runs_row_and_every_value(rows):
     runs = [[_row("l2", "16MB", "7900", clock_mhz_kernel="1800", detail="run a")],
             [_row("l2", "16MB", "7500", clock_mhz_kernel="1700", detail="run b"), _row("hbm", "copy", "2976")],
             [_row("l2", "16MB", "8100", clock_mhz_kernel="1900", detail="run c")]]
-    rows = {(r["bench"], r["param"]): r for r in calibrate.median_rows(runs)}
+    rows = {(r["bench"], r["param"]): r for r in rows.median_rows(runs)}
     l2 = rows["l2", "16MB"]
     # the run whose value is the median keeps its clock and detail with it
     assert (l2["value"], l2["clock_mhz_kernel"]) == ("7900", "1800")
@@ -61,14 +79,14 @@ def test_median_rows_keeps_the_median_runs_row_and_every_value(calibrate):
     assert rows["hbm", "copy"]["value"] == "2976"      # in one run only: as it is
 
 
-def test_median_of_an_even_count_is_the_lower_middle(calibrate):
+def test_median_of_an_even_count_is_the_lower_middle(rows):
     runs = [[_row("x", "p", v)] for v in ("4", "1", "3", "2")]
-    assert calibrate.median_rows(runs)[0]["value"] == "2"
+    assert rows.median_rows(runs)[0]["value"] == "2"
 
 
-def test_merge_replaces_a_key_in_place_and_appends_new_ones(calibrate):
+def test_merge_replaces_a_key_in_place_and_appends_new_ones(rows):
     old = [_row("a", "1", "10"), _row("b", "1", "20"), _row("c", "1", "30")]
-    rows, changes = calibrate.merge_rows(old, [_row("b", "1", "21"), _row("d", "1", "40")])
+    rows, changes = rows.merge_rows(old, [_row("b", "1", "21"), _row("d", "1", "40")])
     assert [(r["bench"], r["value"]) for r in rows] == [("a", "10"), ("b", "21"), ("c", "30"), ("d", "40")]
     assert changes == [("b", "1", "20", "21"), ("d", "1", None, "40")]
     assert [r["value"] for r in old] == ["10", "20", "30"]     # the old rows are not touched
@@ -86,8 +104,8 @@ def test_merge_of_a_file_without_the_columns_is_one_line_and_exit_2(calibrate, t
     assert csv_path.read_text() == before      # nothing written
 
 
-def test_merge_writes_the_merged_rows(calibrate, tmp_path):
-    header = ",".join(calibrate.COLUMNS)
+def test_merge_writes_the_merged_rows(calibrate, rows, tmp_path):
+    header = ",".join(rows.COLUMNS)
     csv_path = tmp_path / "calibration.csv"
     csv_path.write_text(f"{header}\nl2,16MB,7600,GB/s,1980,,old,,,,,,,\n")
     runs = []
@@ -108,20 +126,20 @@ def test_merge_writes_the_merged_rows(calibrate, tmp_path):
     ({"clock_mhz_kernel": "", "clock_mhz_nvml": ""}, None),
     ({"clock_mhz_nvml": "fast"}, None),
 ])
-def test_row_clock_prefers_the_clock_read_in_the_kernel(calibrate, row, clock):
-    assert calibrate.row_clock(row) == clock
+def test_row_clock_prefers_the_clock_read_in_the_kernel(reduce, row, clock):
+    assert reduce.row_clock(row) == clock
 
 
-def test_stamped_clock_is_cycles_over_the_global_timer(calibrate):
+def test_stamped_clock_is_cycles_over_the_global_timer(runner):
     torch = pytest.importorskip("torch")
     # three CTAs: [clock64 at start, timer ns at start, clock64 at end, timer ns at end]
     stamps = torch.tensor([[100, 0, 1_800_100, 1_000_000],      # 1800 MHz, 1.8M cycles
                            [0, 50, 1_900_000, 1_000_050],       # 1900 MHz
                            [0, 0, 1_700_000, 1_000_000],        # 1700 MHz
                            [5, 5, 5, 5]], dtype=torch.int64)    # never ran: left out
-    mhz, cycles = calibrate.stamped_clock(stamps.flatten())
+    mhz, cycles = runner.stamped_clock(stamps.flatten())
     assert mhz == pytest.approx(1800.0) and cycles == pytest.approx(1_800_000)
-    mhz, cycles = calibrate.stamped_clock(torch.zeros(8, dtype=torch.int64))
+    mhz, cycles = runner.stamped_clock(torch.zeros(8, dtype=torch.int64))
     assert math.isnan(mhz) and math.isnan(cycles)
 
 
@@ -150,10 +168,12 @@ def test_latency_per_sm_rows_become_offsets_from_the_median_sm(calibrate, tmp_pa
     left them in latency_per_sm_h100.csv, not applied)."""
     import csv
     import os
-    rows = list(csv.DictReader(open(calibrate.DEFAULT_CSV)))
+
+    from experiments.calibration.rows import DEFAULT_CSV
+    rows = list(csv.DictReader(open(DEFAULT_CSV)))
     assert not any(r["bench"] == "latency_per_sm" for r in rows)
     assert _profile("h100.measured")["l2"]["sm_latency_offsets_cycles"] == []
-    per_sm = list(csv.DictReader(open(os.path.join(os.path.dirname(calibrate.DEFAULT_CSV),
+    per_sm = list(csv.DictReader(open(os.path.join(os.path.dirname(DEFAULT_CSV),
                                                    "latency_per_sm_h100.csv"))))
     assert len(per_sm) == 132
     out = tmp_path / "with_offsets.toml"
@@ -172,7 +192,7 @@ def test_latency_per_sm_rows_become_offsets_from_the_median_sm(calibrate, tmp_pa
 
 
 def test_latency_at_clock_splits_sm_cycles_from_memory_ns():
-    from experiments.calibrate import latency_at_clock
+    from experiments.calibration.reduce import latency_at_clock
 
     # 90 cycles on the SM's clock + 100 ns off it: 288 cycles at 1980 MHz, 261 at 1710
     rows = [_row("latency_clock", "l2_alone_cycles", "288", clock_mhz_nvml="1980"),
@@ -186,7 +206,7 @@ def test_latency_at_clock_splits_sm_cycles_from_memory_ns():
     assert latency_at_clock(rows, "l2", 1816.0) is None
 
 
-def test_a_rate_a_clock_comes_from_each_sms_own_cycles(calibrate):
+def test_a_rate_a_clock_comes_from_each_sms_own_cycles(runner):
     """spanned_rate: an SM's blocks' work over the cycles from its first
     block's start to its last one's end, by its own clock64 (stamp_span's
     buffer: per block cycles and ns, then per block start and SM), whatever
@@ -197,7 +217,7 @@ def test_a_rate_a_clock_comes_from_each_sms_own_cycles(calibrate):
     starts = [10, 10, 5, 45, 0]
     first_half = [v for cycles, ns, _ in blocks for v in (cycles, ns)]
     second_half = [v for (_, _, sm), start in zip(blocks, starts) for v in (start, sm)]
-    rate, sms = calibrate.spanned_rate(first_half + second_half, 100.0)
+    rate, sms = runner.spanned_rate(first_half + second_half, 100.0)
     assert sms == 3
     assert rate == pytest.approx(2.5)
-    assert calibrate._clock_of(first_half)[1] == 50.0     # (stamp's half, as bench_cuda passes it)
+    assert runner._clock_of(first_half)[1] == 50.0     # (stamp's half, as bench_cuda passes it)

@@ -1,0 +1,344 @@
+"""Microbenchmarks of an SM's compute through Triton: tl.dot (wgmma) rates by
+dtype and instruction shape, tl.dot beside exp2, pairs and chains of flash
+steps (dot_chain: S = A·B, row max, exp2, acc += P·V on operands held on
+chip), their two warpgroups' phases, Triton's exp2, and the softmax's mix.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+
+from kernels.provenance import write_csv_atomic
+
+from .runner import Runner, stamped_clock
+from .triton_kernels import DOT_SHAPES, DOT_WARPS
+
+
+def _dot_tflops(r: Runner, K, dt: str):
+    torch = r.torch
+    bm, bn, bk = DOT_SHAPES[dt]
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.float8_e4m3fn}[dt]
+    a = (torch.randn(bm, bk, device="cuda") * 0.1).to(tdt)
+    b = (torch.randn(bk, bn, device="cuda") * 0.1).to(tdt)
+    grid = r.sms * 8
+    c = torch.empty(grid * bm * bn, device="cuda", dtype=torch.float32)
+    clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
+    iters = 4096 if not r.args.quick else 1024
+
+    def fn():
+        K["dot_shape"][(grid,)](a, b, c, iters, clk, BM=bm, BN=bn, BK=bk, A_IN_REGS=False,
+                                CLOCKED=True, num_warps=DOT_WARPS, num_stages=1)
+
+    fn()
+    torch.cuda.synchronize()
+    with r.sampler() as s:
+        ms = r.event_loop(fn, n=9)
+    kmhz, _ = stamped_clock(clk)
+    flops = 2.0 * bm * bn * bk * iters * grid
+    r.add("tensor_wgmma_triton", dt, flops / (ms * 1e-3) / 1e12, "TFLOP/s", s.mhz, kmhz,
+          detail=f"tl.dot loop {bm}x{bn}x{bk}, {DOT_WARPS} warps, operands on chip, {grid} CTAs x "
+                 f"{iters} iters; {ms:.2f} ms; kernel clock: clock64 over the global timer in each CTA "
+                 f"of the last launch, median")
+
+
+# Attention-sized products (bf16): (BM, BN, BK, warps, A in registers).
+# SS rows are Q Kᵀ (BK = head dim, BN = block_n); RS rows are P V (BK = block_n,
+# BN = head dim, P in registers). Enough CTAs per SM to hide issue latency, so
+# each figure is the tensor cores' sustained rate for that instruction mix.
+WGMMA_SHAPES = ([(bm, bn, bk, w, 0) for bm in (64, 128) for bn in (16, 32, 64, 128, 256)
+                 for bk in (64, 128) for w in (4, 8)]
+                + [(bm, bn, bk, w, 1) for bm in (64, 128) for bn in (64, 128)
+                   for bk in (16, 32, 64, 128) for w in (4, 8)])
+
+
+def bench_wgmma_shapes(r: Runner, K):
+    """Tensor-core throughput per attention-sized tl.dot shape: how the rate falls
+    with narrow wgmma instructions (small N) and with A read from SMEM."""
+    import re
+
+    torch = r.torch
+    for bm, bn, bk, warps, a_regs in WGMMA_SHAPES:
+        a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
+        b = (torch.randn(bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        grid = r.sms * 8
+        c = torch.empty(grid * bm * bn, device="cuda", dtype=torch.float32)
+        iters = max(64, int(4e11 / (grid * 2 * bm * bn * bk)))
+        if r.args.quick:
+            iters = max(16, iters // 8)
+
+        def fn():
+            return K["dot_shape"][(grid,)](a, b, c, iters, c, BM=bm, BN=bn, BK=bk, A_IN_REGS=a_regs,
+                                          num_warps=warps, num_stages=1)
+
+        compiled = fn()
+        torch.cuda.synchronize()
+        ptx = compiled.asm.get("ptx", "")
+        instr = sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)))
+        with r.sampler() as s:
+            ms = r.event_loop(fn, n=7)
+        flops = 2.0 * bm * bn * bk * iters * grid
+        mode = "RS" if a_regs else "SS"
+        r.add("wgmma_shape", f"{mode}_{bm}x{bn}x{bk}_w{warps}", flops / (ms * 1e-3) / 1e12, "TFLOP/s",
+              s.mhz, detail=f"bf16 tl.dot loop, A {'in registers' if a_regs else 'in SMEM'}, "
+                            f"instructions {'/'.join(instr) or '?'}, smem {compiled.metadata.shared} B, "
+                            f"{grid} CTAs x {iters} iters; {ms:.3f} ms")
+
+
+def bench_dot_exp_overlap(r: Runner, K):
+    """Whether tensor-core and exp2 work overlap on an SM: time per iteration of a
+    product alone, exp2 alone, both in the same warps, and both from different CTAs
+    on the same SM (SPLIT, twice the CTAs so each SM gets the same work as 'both').
+    Overlap would make 'both' close to max(dot, exp); none makes it their sum."""
+    torch = r.torch
+    for bm, bn, bk, warps in ((64, 64, 128, 4), (128, 64, 128, 8), (64, 128, 64, 4)):
+        a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
+        b = (torch.randn(bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        iters = 2048 if not r.args.quick else 256
+        per_sm = 2
+        modes = {"dot": (1, 0, 0, 0), "exp": (0, 1, 0, 0), "both": (1, 1, 0, 0), "split": (1, 1, 1, 0),
+                 "fma": (0, 1, 0, 1), "split_fma": (1, 1, 1, 1)}
+        for mode, (dot, ex, split, fma) in modes.items():
+            grid = r.sms * per_sm * (2 if split else 1)
+            c = torch.empty(grid * bm * bn, device="cuda", dtype=torch.float32)
+
+            def fn():
+                K["dot_exp_mix"][(grid,)](a, b, c, iters, r.sms, BM=bm, BN=bn, BK=bk, DOT=dot, EXP=ex,
+                                          SPLIT=split, FMA=fma, num_warps=warps, num_stages=1)
+
+            fn()
+            torch.cuda.synchronize()
+            with r.sampler() as s:
+                ms = r.event_loop(fn, n=7)
+            # wall time per iteration: every SM runs per_sm CTAs (x2 when split) at once
+            r.add("dot_exp_overlap", f"{bm}x{bn}x{bk}_w{warps}_{mode}", ms * 1e3 / iters, "us/iter",
+                  s.mhz, detail=f"{grid} CTAs ({per_sm} per SM{', x2: half dot, half exp' if split else ''}) "
+                               f"x {iters} iters; {ms:.3f} ms")
+
+
+# (narrow BN1, wide BN2, narrow products per wide one, CTAs of each kind per
+# SM) at BM = 64, BK = 64, 4 warps. SS 64x16x64 reads 10 KB of SMEM per 0.13
+# MFLOP (SMEM-bound: the wgmma_shape rows); SS 64x256x64 reads 40 KB per 2.1
+# MFLOP and SS 64x128x64 24 KB per 1 MFLOP (tensor-bound). With 6 (3) narrow
+# products per wide one, the narrow CTAs' SMEM time about equals the wide
+# ones' tensor time, so a starved wgmma that holds the pipe makes the mix take
+# their sum, independent tensor and SMEM queues 15-20% less. Residency: the
+# kernel holds both branches' operands (40 KB) and the 64x256 accumulator
+# takes 154 registers a thread, so that pair runs one CTA of each kind per SM.
+DOT_PAIRS = ((16, 256, 6, 1), (16, 128, 3, 2))
+
+
+def bench_dot_pair(r: Runner, K):
+    """A narrow (SMEM-bound) and a wide (tensor-bound) wgmma product in different
+    CTAs of one SM: time of each alone and of the two together (split), per
+    round of `iters2` wide products. Rows `dot_pair`; tests/test_wgmma_operands.py
+    replays them in the engine."""
+    torch = r.torch
+    bm, bk, warps = 64, 64, 4
+    for bn1, bn2, ratio, per_sm in DOT_PAIRS:
+        a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
+        b1 = (torch.randn(bk, bn1, device="cuda") * 0.1).to(torch.bfloat16)
+        b2 = (torch.randn(bk, bn2, device="cuda") * 0.1).to(torch.bfloat16)
+        iters2 = 1024 if not r.args.quick else 128
+        iters1 = iters2 * ratio
+        for mode, name in ((1, "narrow"), (2, "wide"), (3, "split")):
+            grid = r.sms * per_sm * (2 if mode == 3 else 1)
+            c = torch.empty(grid, device="cuda", dtype=torch.float32)
+
+            def fn():
+                return K["dot_pair"][(grid,)](a, b1, b2, c, iters1, iters2, r.sms, BM=bm, BK=bk,
+                                              BN1=bn1, BN2=bn2, MODE=mode, num_warps=warps,
+                                              num_stages=1)
+
+            compiled = fn()
+            torch.cuda.synchronize()
+            with r.sampler() as s:
+                ms = r.event_loop(fn, n=7)
+            r.add("dot_pair", f"{bm}x{bn1}x{bk}_{bm}x{bn2}x{bk}_r{ratio}_w{warps}_x{per_sm}_{name}",
+                  ms * 1e3, "us", s.mhz,
+                  detail=f"{grid} CTAs ({per_sm} per SM{', x2: half narrow, half wide' if mode == 3 else ''}); "
+                         f"narrow {iters1} iters, wide {iters2}; smem {compiled.metadata.shared} B; "
+                         f"{ms:.3f} ms")
+
+
+# (BM, BN, D, warps): flash-attention step shapes (block_m, block_n, head dim).
+DOT_CHAINS = ((64, 32, 128, 4), (64, 64, 128, 4), (128, 64, 128, 8), (128, 64, 128, 4),
+              (64, 64, 64, 4), (128, 64, 64, 8))
+
+
+# Held out (rows `dot_chain_wide`, which no profile number is reduced from):
+# steps 128 keys wide, whose fa2 configs the model takes 5-8% faster than
+# their 64-wide twins against the measured sweep (validation_notes.md, session
+# 33); 128x128 at D = 128 only with 8 warps (4 would spill).
+WIDE_DOT_CHAINS = ((64, 128, 64, 4), (64, 128, 128, 4), (128, 128, 64, 4), (128, 128, 64, 8),
+                   (128, 128, 128, 8))
+
+
+# ... and the other step shapes of fa2's config grid (block_m 64/128, block_n
+# 32/64/128, 4/8 warps, D 64/128; rows `dot_chain_more`), but 128x128 with 4
+# warps at D = 128, which spills: with the two lists above, every one the
+# validation sweep runs (session 33)
+MORE_DOT_CHAINS = ((64, 32, 64, 4), (64, 32, 64, 8), (64, 32, 128, 8), (64, 64, 64, 8), (64, 64, 128, 8),
+                   (64, 128, 64, 8), (64, 128, 128, 8), (128, 32, 64, 4), (128, 32, 64, 8), (128, 32, 128, 4),
+                   (128, 32, 128, 8), (128, 64, 64, 4))
+
+
+def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain"):
+    """Time per iteration of the dependent chain S = A·B -> exp2, row max ->
+    acc += P·V with 1, 2 and 4 CTAs per SM (rows `bench`). With one CTA an
+    iteration costs the chain's round trip; with more, the SM's throughput.
+    shapes: (BM, BN, D, warps), DOT_CHAINS unless given."""
+    torch = r.torch
+    for bm, bn, d, warps in shapes or DOT_CHAINS:
+        a = (torch.randn(bm, d, device="cuda") * 0.1).to(torch.bfloat16)
+        b = (torch.randn(d, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        v = (torch.randn(bn, d, device="cuda") * 0.1).to(torch.bfloat16)
+        iters = 2048 if not r.args.quick else 256
+        for per_sm in (1, 2, 4):
+            grid = r.sms * per_sm
+            c = torch.empty(grid, device="cuda", dtype=torch.float32)
+            clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
+
+            def fn():
+                return K["dot_chain"][(grid,)](a, b, v, c, iters, clk, clk, 0, BM=bm, BN=bn, BK=d, D=d,
+                                               CLOCKED=True, num_warps=warps, num_stages=1)
+
+            compiled = fn()
+            torch.cuda.synchronize()
+            with r.sampler() as s:
+                ms = r.event_loop(fn, n=7)
+            kmhz, cta_cycles = stamped_clock(clk)
+            r.add(bench, f"{bm}x{bn}x{d}_w{warps}_x{per_sm}", ms * 1e3 / iters, "us/iter", s.mhz, kmhz,
+                  detail=f"{grid} CTAs ({per_sm} per SM, if registers allow: "
+                         f"{getattr(compiled, 'n_regs', '?')} a thread) x {iters} iters; "
+                         f"smem {compiled.metadata.shared} B; {ms:.3f} ms; flops/iter/CTA {4 * bm * bn * d}; "
+                         f"kernel clock: clock64 over the global timer in each CTA of the last launch, median")
+            r.add(f"{bench}_cta_cycles", f"{bm}x{bn}x{d}_w{warps}_x{per_sm}", cta_cycles / iters,
+                  "clk/iter", s.mhz, kmhz,
+                  detail="a CTA's clock64 from its start to its end over its iterations (median CTA of "
+                         "the last launch): cycles on the SM that ran it, whatever its clock")
+
+
+# The dot_chain shapes with two warpgroups: where the engine and the GPU part
+# (tests/test_dot_chain.py's held-out rows)
+PHASE_CHAINS = ((128, 64, 128, 8), (128, 64, 64, 8))
+
+PHASE_STEPS = 16
+
+
+def bench_dot_chain_phase(r: Runner, K):
+    """In which order does an SM's tensor pipe serve two warpgroups' products
+    issued together? dot_chain with PHASE_STEPS stamps every row's clock64
+    once its S is in, for PHASE_STEPS steps in the middle of the run, one
+    8-warp CTA an SM.
+    Rows `dot_chain_phase`: the median over CTAs and steps of warpgroup 1's
+    stamp less warpgroup 0's (each the median of its 64 rows), in cycles;
+    the detail gives the step's period, the spread, and how often each
+    warpgroup's S came first. The raw stamps go to dot_chain_phase.csv."""
+    import numpy as np
+
+    torch = r.torch
+    raw = []
+    for bm, bn, d, warps in PHASE_CHAINS:
+        a = (torch.randn(bm, d, device="cuda") * 0.1).to(torch.bfloat16)
+        b = (torch.randn(d, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        v = (torch.randn(bn, d, device="cuda") * 0.1).to(torch.bfloat16)
+        iters = 2048 if not r.args.quick else 256
+        first = iters // 2
+        grid = r.sms
+        c = torch.empty(grid, device="cuda", dtype=torch.float32)
+        stamps = torch.zeros(grid * (PHASE_STEPS + 1) * bm, device="cuda", dtype=torch.int64)
+
+        def fn():
+            return K["dot_chain"][(grid,)](a, b, v, c, iters, stamps, stamps, first, BM=bm, BN=bn, BK=d, D=d,
+                                           PHASE_STEPS=PHASE_STEPS, num_warps=warps, num_stages=1)
+
+        compiled = fn()
+        torch.cuda.synchronize()
+        with r.sampler() as smp:
+            ms = r.event_loop(fn, n=5)
+        t = stamps.cpu().numpy().reshape(grid, PHASE_STEPS + 1, bm)[:, :PHASE_STEPS].astype(np.float64)
+        half = bm // 2
+        wg0, wg1 = np.median(t[:, :, :half], axis=2), np.median(t[:, :, half:], axis=2)   # [cta, step]
+        offset = wg1 - wg0
+        period = np.diff(wg0, axis=1)
+        spread = np.max(t[:, :, :half], axis=2) - np.min(t[:, :, :half], axis=2)
+        shape = f"{bm}x{bn}x{d}_w{warps}_x1"
+        r.add("dot_chain_phase", shape, float(np.median(offset)), "clk", smp.mhz,
+              detail=f"{grid} CTAs (one an SM) x {iters} steps, stamps at steps {first}-{first + PHASE_STEPS - 1}: "
+                     f"warpgroup 1's S in less warpgroup 0's, median {np.median(offset):.0f} clk, "
+                     f"p10 {np.percentile(offset, 10):.0f}, p90 {np.percentile(offset, 90):.0f}; |offset| median "
+                     f"{np.median(np.abs(offset)):.0f}; warpgroup 0 first in {np.mean(offset > 0):.0%} of steps, "
+                     f"together (within 16 clk) in {np.mean(np.abs(offset) <= 16):.0%}; step period median "
+                     f"{np.median(period):.0f} clk; rows of one warpgroup within {np.median(spread):.0f} clk "
+                     f"(median); {getattr(compiled, 'n_regs', '?')} registers a thread, smem "
+                     f"{compiled.metadata.shared} B; {ms:.3f} ms a launch ({ms * 1e3 / iters:.3f} us a step)")
+        for cta in range(grid):
+            for k in range(PHASE_STEPS):
+                raw.append({"shape": shape, "cta": cta, "step": first + k, "wg0_clk": int(wg0[cta, k]),
+                            "wg1_clk": int(wg1[cta, k])})
+    os.makedirs(r.args.out_dir, exist_ok=True)
+    write_csv_atomic(os.path.join(r.args.out_dir, "dot_chain_phase.csv"), raw,
+                     ["shape", "cta", "step", "wg0_clk", "wg1_clk"])
+
+
+def bench_exp2_triton(r: Runner, K):
+    torch = r.torch
+    BLOCK, grid, iters = 1024, r.sms * 16, 2048
+    out = torch.empty(grid * BLOCK, device="cuda", dtype=torch.float32)
+
+    def fn():
+        K["exp2_loop"][(grid,)](out, iters, BLOCK=BLOCK, num_warps=4)
+
+    fn()
+    torch.cuda.synchronize()
+    with r.sampler() as s:
+        ms = r.event_loop(fn, n=7)
+    rate = grid * BLOCK * iters / (ms * 1e-3)
+    r.add("exp2_triton", "tl.exp2 /s", rate, "1/s", s.mhz,
+          detail=f"dependent chain x <- exp2(-x), {grid} CTAs x {BLOCK} x {iters}; {ms:.3f} ms "
+                 f"(per clk per SM at the NVML clock: {rate / (r.sms * (s.mhz or 1) * 1e6):.2f})")
+
+SOFTMAX_MIX_TILES = ((16, 64), (32, 64), (32, 128), (64, 64), (64, 128), (128, 64))
+
+SOFTMAX_MIX_WARPS = 4
+
+
+def bench_softmax_mix(r: Runner, K):
+    """Time per loop iteration of softmax_mix (rows `softmax_mix`) with 1, 2, 4
+    and 8 CTAs per SM, beside its loop's SASS: instructions a warp issues per
+    iteration and how many are MUFU. With the SM saturated, SM clocks per CTA
+    iteration against the issue bound (instructions x warps / 4 schedulers)
+    and the MUFU bound (MUFU x 32 lanes x warps / 16 a clock)."""
+    from kernels import sass
+
+    torch = r.torch
+    iters = 1024 if not r.args.quick else 128
+    for (bm, bn), exp in itertools.product(SOFTMAX_MIX_TILES, (True, False)):
+        x = torch.randn(bm * bn, device="cuda", dtype=torch.float32)
+        counts = None
+        for per_sm in (1, 2, 4, 8, 16):
+            grid = r.sms * per_sm
+            out = torch.empty(grid * bm, device="cuda", dtype=torch.float32)
+
+            def fn():
+                return K["softmax_mix"][(grid,)](x, out, iters, BM=bm, BN=bn, EXP=exp,
+                                                 num_warps=SOFTMAX_MIX_WARPS, num_stages=1)
+
+            compiled = fn()
+            torch.cuda.synchronize()
+            if counts is None:
+                bodies = sass.loops(sass.cuobjdump(compiled, "-sass") or "")
+                body = max(bodies, key=len) if bodies else []
+                counts = (len(body), sum(sass.opcode(i) == "MUFU" for i in body))
+            with r.sampler() as smp:
+                ms = r.event_loop(fn, n=7)
+            mhz = smp.mhz or float(r.prov["sm_clock_mhz"] or 0) or None
+            instr, mufu = counts
+            cycles = ms * 1e-3 / iters * (mhz or 0) * 1e6 / per_sm     # SM clocks per CTA iteration
+            issue = instr * SOFTMAX_MIX_WARPS / 4
+            mufu_bound = mufu * 32 * SOFTMAX_MIX_WARPS / 16
+            r.add("softmax_mix", f"{bm}x{bn}_w{SOFTMAX_MIX_WARPS}{'' if exp else '_noexp'}_x{per_sm}", cycles,
+                  "clk/cta-iter", mhz,
+                  detail=f"{grid} CTAs ({per_sm} per SM, {getattr(compiled, 'n_regs', '?')} registers a thread) "
+                         f"x {iters} iters, {ms:.3f} ms; loop: {instr} instructions a warp, {mufu} MUFU; "
+                         f"issue bound {issue:.0f}, MUFU bound {mufu_bound:.0f} clk per CTA iteration")

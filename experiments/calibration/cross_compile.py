@@ -1,0 +1,152 @@
+"""The microkernels compiled for sm_90 on a CPU, no GPU needed: `calibrate.py
+check` shows their SASS, and `calibrate.py loops` counts the instructions of the
+dot_chain kernels' loops, which the profile's reduction (reduce.py) reads.
+"""
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import functools
+import os
+import subprocess
+import tempfile
+
+from algorithms.errors import ResultsFileError
+from kernels.provenance import write_csv_atomic
+
+from . import ROOT
+from .compute_benches import DOT_CHAINS, MORE_DOT_CHAINS, WIDE_DOT_CHAINS
+from .cuda_kernels import compile_cuda
+from .triton_kernels import DOT_SHAPES, DOT_WARPS, triton_kernels
+
+
+def _sass_ops(cubin_path: str, tool: str) -> str:
+    return subprocess.run([tool, "-sass", cubin_path], capture_output=True, text=True).stdout
+
+
+def compile_sm90(fn, sig: dict, consts: dict, warps: int = 8, stages: int = 3):
+    """Cross-compile a microkernel for sm_90 here (no GPU), its pointers
+    16-byte aligned as torch allocates them."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = list(sig)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items() if t.startswith("*")}
+    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+
+
+def cmd_check(args) -> int:
+    import re
+
+    import triton
+
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    cuobjdump = os.path.join(tools, "cuobjdump")
+    ok = True
+    with tempfile.TemporaryDirectory() as d:
+        cubin = compile_cuda(d)
+        sass = _sass_ops(cubin, cuobjdump)
+        funcs = re.split(r"\n\s*Function : ", sass)
+        for f in funcs[1:]:
+            name = f.split("\n", 1)[0].strip()
+            ops = sorted(set(re.findall(r"\b(MUFU\.EX2|HMMA\.[\w.]+|QMMA[\w.]*|LDS\.128|FFMA|"
+                                        r"LDG\.E\.STRONG\.GPU|LDG[\w.]*|UBLKCP[\w.]*|SYNCS[\w.]*)",
+                                        f)))
+            print(f"cuda {name}: {' '.join(ops)}")
+    kernels = triton_kernels()
+
+    def sass_of(compiled) -> str:
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(compiled.asm["cubin"])
+            f.flush()
+            return _sass_ops(f.name, cuobjdump)
+
+    for dt, (bm, bn, bk) in DOT_SHAPES.items():
+        tdt = {"bf16": "*bf16", "fp16": "*fp16", "fp8": "*fp8e4nv"}[dt]
+        c = compile_sm90(kernels["dot_shape"], {"A": tdt, "B": tdt, "C": "*fp32", "iters": "i32", "CLK": "*i64",
+                                         "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
+                                         "A_IN_REGS": "constexpr", "CLOCKED": "constexpr"},
+                  {"BM": bm, "BN": bn, "BK": bk, "A_IN_REGS": False, "CLOCKED": True}, warps=DOT_WARPS)
+        s = sass_of(c)
+        mma = re.findall(r"\b([HQ]GMMA\.[\w.]+|HMMA\.[\w.]+)", s)
+        has = any(m.startswith(("HGMMA", "QGMMA")) for m in mma)
+        ok &= has
+        print(f"triton dot_shape {dt} {bm}x{bn}x{bk}: {len(mma)} MMA instructions, kinds "
+              f"{sorted(set(mma))[:4]}, smem {c.metadata.shared} B; wgmma={'yes' if has else 'NO'}")
+    c = compile_sm90(kernels["exp2_loop"], {"OUT": "*fp32", "iters": "i32", "BLOCK": "constexpr"},
+              {"BLOCK": 1024}, warps=4)
+    s = sass_of(c)
+    n_mufu, n_fix = len(re.findall("MUFU.EX2", s)), len(re.findall(r"FMUL|FSETP|FSEL", s))
+    print(f"triton exp2_loop: MUFU.EX2 x{n_mufu}, other FP ops {n_fix}")
+    unrolled = {"nblocks": "i32", "iters": "i32", "BLOCK": "constexpr", "UNROLL": "constexpr"}
+    for name, pointers, op, what in (("l2_read", {"X": "*fp32", "OUT": "*fp32"}, "LDG", "loads"),
+                                     ("l2_write", {"Y": "*fp32"}, "STG", "stores")):
+        found = re.findall(op + r"[\w.]*", sass_of(compile_sm90(kernels[name], {**pointers, **unrolled},
+                                                          {"BLOCK": 2048, "UNROLL": 4})))
+        print(f"triton {name}: {len(found)} {what} {sorted(set(found))}")
+    return 0 if ok else 1
+
+DOT_CHAIN_LOOPS = os.path.join(ROOT, "experiments", "results", "dot_chain_loops_sm90.csv")
+
+
+def compile_dot_chain(bm: int, bn: int, d: int, warps: int):
+    """The dot_chain kernel cross-compiled for sm_90 here, as bench_dot_chain launches it."""
+    sig = {"A": "*bf16", "B": "*bf16", "V": "*bf16", "C": "*fp32", "iters": "i32", "CLK": "*i64",
+           "STAMPS": "*i64", "first": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
+           "D": "constexpr", "CLOCKED": "constexpr", "PHASE_STEPS": "constexpr"}
+    return compile_sm90(triton_kernels()["dot_chain"], sig,
+                        dict(BM=bm, BN=bn, BK=d, D=d, CLOCKED=True, PHASE_STEPS=0), warps=warps, stages=1)
+
+
+def compile_dot_chain_loop(bm: int, bn: int, d: int, warps: int) -> dict:
+    """The dot_chain kernel's loop as ptxas compiles it for sm_90
+    (compile_dot_chain): per warp and trip, the instructions it issues
+    besides its wgmma ('issue'), of which MUFU ('mufu'), and the stall
+    clocks ptxas scheduled ('stall_clocks'); kernels/sass.py."""
+    from kernels import sass
+    parts = sass.tensor_loop_parts(sass.cuobjdump(compile_dot_chain(bm, bn, d, warps), "-sass"))
+    if not parts:
+        raise RuntimeError(f"dot_chain {bm}x{bn}x{d} w{warps}: no tensor loop in its sm_90 SASS")
+    return parts[0]
+
+
+def cmd_loops(args) -> int:
+    """Write DOT_CHAIN_LOOPS: the compiled loop of every dot_chain shape (CPU only)."""
+    import triton
+    from kernels.provenance import git_commit
+    rows = []
+    for bm, bn, d, warps in DOT_CHAINS + WIDE_DOT_CHAINS + MORE_DOT_CHAINS:
+        loop = compile_dot_chain_loop(bm, bn, d, warps)
+        rows.append({"shape": f"{bm}x{bn}x{d}", "num_warps": warps, "issue_per_iter": loop["issue"],
+                     "mufu_per_iter": loop["mufu"], "stall_clocks_per_iter": loop["stall_clocks"],
+                     "triton": triton.__version__, "target": "cuda:90",
+                     "git_commit": git_commit(), "date": _dt.date.today().isoformat(),
+                     "command": "python experiments/calibrate.py loops"})
+        print(f"dot_chain {rows[-1]['shape']} w{warps}: {loop}")
+    write_csv_atomic(args.out, rows, list(rows[0]))
+    print(f"wrote {args.out}")
+    return 0
+
+
+@functools.lru_cache(maxsize=4)
+def _dot_chain_loops(path: str) -> dict:
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        return {(r["shape"], int(r["num_warps"])): {"issue": int(r["issue_per_iter"]), "mufu": int(r["mufu_per_iter"]),
+                                                    "stall_clocks": int(r["stall_clocks_per_iter"])} for r in rows}
+    except (OSError, KeyError, ValueError) as e:
+        raise ResultsFileError(f"{path}: not a dot_chain loop table ({type(e).__name__}: {e}); "
+                               f"write it with `python experiments/calibrate.py loops`") from None
+
+
+def dot_chain_loop(bm: int, bn: int, d: int, warps: int, path: str = DOT_CHAIN_LOOPS) -> dict:
+    """compile_dot_chain_loop's counts for one shape, from the committed table
+    (tests run Triton's interpreter, which cannot compile for sm_90)."""
+    loop = _dot_chain_loops(path).get((f"{bm}x{bn}x{d}", warps))
+    if loop is None:
+        raise ResultsFileError(f"{path} has no dot_chain {bm}x{bn}x{d} with {warps} warps; "
+                               f"write it with `python experiments/calibrate.py loops`")
+    return loop

@@ -79,7 +79,7 @@ ATTENTION = [
 def _problem(n: int, d: int, causal: bool, dtype: str = "bf16"):
     """The sweep's shape at sequence length n and head dim d (validate.py's tokens and hidden size)."""
     from algorithms.problem import AttentionProblem
-    from experiments.validate import HIDDEN, TOKENS
+    from experiments.validation.suite import HIDDEN, TOKENS
     return AttentionProblem(batch=TOKENS // n, heads=HIDDEN // d, seqlen_q=n, head_dim=d, causal=causal,
                             dtype=dtype)
 
@@ -259,7 +259,7 @@ def span_clocks(torch, case, launches_before: int) -> dict:
     from algorithms.defaults import default_config
     from algorithms.problem import TileConfig
     from experiments.fa2_stamps import _stamped_inputs
-    from experiments.validate import _quant
+    from experiments.validation.measure import _quant
     from kernels import fa2, fa3
 
     _, n, d, causal, cfg = case
@@ -291,7 +291,7 @@ def attention_case(torch, case):
     """(fn, problem flops) for an attention row, inputs alternated as validate.py does."""
     from algorithms.defaults import default_config
     from algorithms.problem import TileConfig
-    from experiments.validate import _call, _quant
+    from experiments.validation.measure import _call, _quant
 
     label, algo, dtype, d, n, causal, cfg = case
     problem = _problem(n, d, causal, dtype)

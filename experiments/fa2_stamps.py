@@ -34,7 +34,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from algorithms.problem import AttentionProblem, TileConfig  # noqa: E402
-from experiments.validate import HIDDEN, TOKENS  # noqa: E402 (the measured sweep's shapes)
+from experiments.validation.suite import HIDDEN, TOKENS  # noqa: E402 (the measured sweep's shapes)
 from experiments import gpu_probe  # noqa: E402
 # (seqlen, head_dim, causal, block_m, block_n, warps, stages): the measured best
 # configs of N = 512 and 16384 shapes (experiments/results/validation_h100.csv)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from algorithms.problem import AttentionProblem, TileConfig  # noqa: E402
 from gpusim import predict  # noqa: E402
-from experiments.validate import HEAD_DIMS, HIDDEN, SEQLENS, TOKENS  # noqa: E402
+from experiments.validation.suite import HEAD_DIMS, HIDDEN, SEQLENS, TOKENS  # noqa: E402
 from gpusim.artifacts import cannot_write, write_csv  # noqa: E402
 from kernels.provenance import git_commit  # noqa: E402
 

@@ -23,8 +23,9 @@ from concurrent.futures import ProcessPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kernels.provenance import write_csv_atomic  # noqa: E402
-from experiments.validate import (_row_key, load_measurements, mape, predictions_path,  # noqa: E402
-                                  spearman, top1_loss)
+from experiments.validation.loading import load_measurements  # noqa: E402
+from experiments.validation.metrics import mape, spearman, top1_loss  # noqa: E402
+from experiments.validation.predictions import _row_key, predictions_path  # noqa: E402
 
 # (head dim, causal, N): the shapes whose config ranking the L2 question moved
 # most (session 26): D64 non-causal at N >= 2048, D128 at N4096, and two

@@ -70,7 +70,7 @@ def target(case: int) -> None:
     """Runs under ncu: ncu case `case`, launched twice (the first compiles)."""
     import torch
 
-    from experiments.validate import _call
+    from experiments.validation.measure import _call
 
     _, algo, p, cfg = next(c for c in cases() if c[0] == case)
     q, k, v = (torch.randn(p.batch, p.heads, p.seqlen_q, p.head_dim, device="cuda", dtype=torch.bfloat16)

@@ -38,7 +38,7 @@ def second_launch(script: str, target: str, kernel_regex: str, metrics: list[str
 def counter_bytes(got: dict, metric: str) -> float:
     """A byte counter of second_launch's answer in bytes (ncu scales each
     counter's unit on its own: Mbyte beside Gbyte)."""
-    from experiments.validate import unit_scale
+    from experiments.validation.ncu import unit_scale
 
     value, unit = got[metric]
     return float(value.replace(",", "")) * unit_scale(unit)

@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from algorithms.errors import GpusimError, ResultsFileError  # noqa: E402
-from experiments.validate import spearman as validate_spearman  # noqa: E402
+from experiments.validation.metrics import spearman as validate_spearman  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
 MEASURED = RESULTS / "validation_h100.csv"
@@ -108,7 +108,7 @@ def grid_configs():
 
 
 def spearman(xs, ys):
-    """experiments.validate's Spearman correlation; None below 3 configs or when undefined."""
+    """experiments/validation/metrics.py's Spearman correlation; None below 3 configs or when undefined."""
     if len(xs) < 3:
         return None
     rho = validate_spearman(xs, ys)

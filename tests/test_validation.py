@@ -17,70 +17,71 @@ import pytest
 
 from algorithms.errors import ResultsFileError
 from experiments import validate as V
+from experiments.validation import loading, metrics, ncu, predictions, report, suite
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # --------------------------------------------------------------------------- metrics
 def test_mape_and_summary():
-    assert V.mape([110, 90], [100, 100]) == pytest.approx(0.10)
-    s = V.error_summary([110, 95, 100, 150], [100, 100, 100, 100])
+    assert metrics.mape([110, 90], [100, 100]) == pytest.approx(0.10)
+    s = metrics.error_summary([110, 95, 100, 150], [100, 100, 100, 100])
     assert s["n"] == 4
     assert s["mape"] == pytest.approx((0.10 + 0.05 + 0 + 0.5) / 4)
     assert s["median"] == pytest.approx(0.075)
     assert s["max"] == pytest.approx(0.5)
     assert s["bias"] == pytest.approx((0.10 - 0.05 + 0 + 0.5) / 4)
-    assert math.isnan(V.error_summary([], [])["mape"])
+    assert math.isnan(metrics.error_summary([], [])["mape"])
 
 
 def test_mape_refuses_bad_measurements():
     with pytest.raises(ValueError):
-        V.mape([1.0], [0.0])
+        metrics.mape([1.0], [0.0])
     with pytest.raises(ValueError):
-        V.mape([float("nan")], [1.0])
+        metrics.mape([float("nan")], [1.0])
     with pytest.raises(ValueError):
-        V.mape([1.0, 2.0], [1.0])
+        metrics.mape([1.0, 2.0], [1.0])
 
 
 def test_ranks_average_ties():
-    assert V.ranks([10, 30, 20]) == [1, 3, 2]
-    assert V.ranks([5, 5, 1, 7]) == [2.5, 2.5, 1, 4]
+    assert metrics.ranks([10, 30, 20]) == [1, 3, 2]
+    assert metrics.ranks([5, 5, 1, 7]) == [2.5, 2.5, 1, 4]
 
 
 def test_spearman_known_values():
-    assert V.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert V.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert metrics.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert metrics.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     # no ties: 1 - 6 sum d^2 / (n (n^2 - 1))
     x, y = [1, 2, 3, 4, 5], [2, 1, 4, 3, 5]
     d2 = sum((a - b) ** 2 for a, b in zip(x, y))
-    assert V.spearman(x, y) == pytest.approx(1 - 6 * d2 / (5 * 24))
+    assert metrics.spearman(x, y) == pytest.approx(1 - 6 * d2 / (5 * 24))
     # monotone transforms do not change it
     rng = random.Random(3)
     a = [rng.random() for _ in range(30)]
     b = [v + rng.gauss(0, 0.2) for v in a]
-    assert V.spearman(a, b) == pytest.approx(V.spearman([math.exp(v) for v in a], [v ** 3 for v in b]))
-    assert math.isnan(V.spearman([1], [1]))
-    assert math.isnan(V.spearman([1, 1, 1], [1, 2, 3]))
+    assert metrics.spearman(a, b) == pytest.approx(metrics.spearman([math.exp(v) for v in a], [v ** 3 for v in b]))
+    assert math.isnan(metrics.spearman([1], [1]))
+    assert math.isnan(metrics.spearman([1, 1, 1], [1, 2, 3]))
 
 
 def test_spearman_with_ties_matches_pearson_of_ranks():
     x, y = [1, 2, 2, 3, 4], [1, 3, 2, 2, 5]
-    rx, ry = V.ranks(x), V.ranks(y)
+    rx, ry = metrics.ranks(x), metrics.ranks(y)
     n = len(x)
     mx, my = sum(rx) / n, sum(ry) / n
     num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
     den = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
-    assert V.spearman(x, y) == pytest.approx(num / den)
+    assert metrics.spearman(x, y) == pytest.approx(num / den)
 
 
 def test_top1_loss():
     meas = [1.00, 1.20, 1.05, 2.0]
-    assert V.top1_loss([5, 6, 7, 8], meas) == pytest.approx(0.0)      # picks the measured best
-    assert V.top1_loss([6, 5, 7, 8], meas) == pytest.approx(0.20)     # picks the 1.20 one
-    assert V.top1_loss([3, 3, 1, 8], meas) == pytest.approx(0.05)
-    assert V.top1_loss([2, 2, 3, 3], meas) == pytest.approx(0.0)      # tie: first listed
+    assert metrics.top1_loss([5, 6, 7, 8], meas) == pytest.approx(0.0)      # picks the measured best
+    assert metrics.top1_loss([6, 5, 7, 8], meas) == pytest.approx(0.20)     # picks the 1.20 one
+    assert metrics.top1_loss([3, 3, 1, 8], meas) == pytest.approx(0.05)
+    assert metrics.top1_loss([2, 2, 3, 3], meas) == pytest.approx(0.0)      # tie: first listed
     with pytest.raises(ValueError):
-        V.top1_loss([], [])
+        metrics.top1_loss([], [])
 
 
 def test_compute_metrics_groups_by_algo_and_shape():
@@ -99,14 +100,14 @@ def test_compute_metrics_groups_by_algo_and_shape():
     preds.append({"runtime_us": 400.0})
     rows.append({"algo": "fa1", "problem": p, "config": TileConfig(), "ms": 0.5, "default_config": True})
     preds.append({"runtime_us": None, "error": "boom"})
-    m = V.compute_metrics(rows, preds)
+    m = report.compute_metrics(rows, preds)
     assert m["errors"]["fa2"]["mape"] == pytest.approx(0.10)
     assert m["errors"]["fa3_fp8"]["mape"] == pytest.approx(0.20)
     assert m["errors_default"]["fa2"]["n"] == 1
     assert len(m["failed"]) == 1
     (k, rk), = m["ranking"].items()
     assert rk["spearman"] == pytest.approx(1.0) and rk["top1_loss"] == 0.0
-    gm = V.guard_metrics(rows, preds)
+    gm = report.guard_metrics(rows, preds)
     assert gm["mape.fa2"] == pytest.approx(0.10) and gm["unpredicted_rows"] == 1.0
 
 
@@ -131,21 +132,21 @@ def test_reuse_predicts_only_the_rows_the_saved_file_lacks(tmp_path, monkeypatch
         return [{"runtime_us": 100.0 * r["config"].block_n, "bottleneck": "tensor_cores", "error": ""}
                 for r in rs]
 
-    monkeypatch.setattr(V, "predict_rows", fake_predict)
+    monkeypatch.setattr(predictions, "predict_rows", fake_predict)
     path = str(tmp_path / "validation_predictions_h100.csv")
     monkeypatch.setenv("GPUSIM_GIT_COMMIT", "aaaaaaa")
-    V.reuse_or_predict(path, rows, "h100", 1, reuse=True)        # no file yet: all predicted
+    predictions.reuse_or_predict(path, rows, "h100", 1, reuse=True)        # no file yet: all predicted
     lines = open(path).read().splitlines()
     with open(path, "w") as f:
         # (key: algo|dtype|batch|heads|N|D|causal|block_m|block_n|warps|stages)
         f.write("\n".join(line for line in lines if line.split(",")[0].split("|")[8:9] != ["64"]) + "\n")
     monkeypatch.setenv("GPUSIM_GIT_COMMIT", "bbbbbbb")
-    preds = V.reuse_or_predict(path, rows, "h100", 1, reuse=True)
+    preds = predictions.reuse_or_predict(path, rows, "h100", 1, reuse=True)
     assert asked == [[32, 64, 128], [64]]
     assert [pr["runtime_us"] for pr in preds] == [3200.0, 6400.0, 12800.0]
     saved = {r["key"].split("|")[8]: r["git_commit"] for r in csv.DictReader(open(path))}
     assert saved == {"32": "aaaaaaa", "64": "bbbbbbb", "128": "aaaaaaa"}
-    V.reuse_or_predict(path, rows, "h100", 1, reuse=True)         # nothing missing: nothing asked
+    predictions.reuse_or_predict(path, rows, "h100", 1, reuse=True)         # nothing missing: nothing asked
     assert len(asked) == 2
 
 
@@ -162,18 +163,18 @@ def test_a_run_stopped_mid_way_keeps_its_checkpointed_predictions(tmp_path, monk
         checkpoint([done[0], None, done[2]])
         raise KeyboardInterrupt  # what `timeout` leaves of the run
 
-    monkeypatch.setattr(V, "predict_rows", killed_after_two)
+    monkeypatch.setattr(predictions, "predict_rows", killed_after_two)
     path = str(tmp_path / "validation_predictions_h100.csv")
     with pytest.raises(KeyboardInterrupt):
-        V.reuse_or_predict(path, rows, "h100", 1, reuse=True)
+        predictions.reuse_or_predict(path, rows, "h100", 1, reuse=True)
     assert sorted(r["key"].split("|")[8] for r in csv.DictReader(open(path))) == ["128", "32"]
 
     def finish(rs, gpu, jobs=1, checkpoint=None):
         asked.append([r["config"].block_n for r in rs])
         return [{"runtime_us": 1.0, "error": ""} for r in rs]
 
-    monkeypatch.setattr(V, "predict_rows", finish)
-    preds = V.reuse_or_predict(path, rows, "h100", 1, reuse=True)
+    monkeypatch.setattr(predictions, "predict_rows", finish)
+    preds = predictions.reuse_or_predict(path, rows, "h100", 1, reuse=True)
     assert asked == [[32, 64, 128], [64]]
     assert [pr["runtime_us"] for pr in preds] == [3200.0, 1.0, 12800.0]
 
@@ -185,14 +186,14 @@ def test_parallel_predictions_come_back_in_row_order():
 
     rows = [{"algo": "standard", "problem": AttentionProblem(batch=1, heads=1, seqlen_q=n, head_dim=64),
              "config": TileConfig(block_m=64, block_n=64), "ms": 1.0} for n in [128, 512, 256] * 8]
-    preds = V.predict_rows(rows, "h100", jobs=2)
-    serial = [V._predict_one(("h100", r["algo"], r["problem"], r["config"])) for r in rows]
+    preds = predictions.predict_rows(rows, "h100", jobs=2)
+    serial = [predictions._predict_one(("h100", r["algo"], r["problem"], r["config"])) for r in rows]
     assert [pr["runtime_us"] for pr in preds] == [pr["runtime_us"] for pr in serial]
     assert len({pr["runtime_us"] for pr in preds}) == 3
 
 
 # --------------------------------------------------------------------------- files
-HEADER = V.COLUMNS
+HEADER = suite.COLUMNS
 
 
 def _row(**kw):
@@ -217,7 +218,7 @@ def _write(path, rows, header=HEADER):
 def test_load_measurements_ok(tmp_path):
     path = _write(tmp_path / "v.csv", [_row(), _row(status="error", ms=""), _row(block_n=32, ms="0.7",
                                                                                  default_config=0)])
-    rows = V.load_measurements(path)
+    rows = loading.load_measurements(path)
     assert len(rows) == 2
     assert rows[0]["problem"].seqlen_q == 1024 and rows[0]["config"].block_n == 64
     assert rows[0]["default_config"] and not rows[1]["default_config"]
@@ -235,19 +236,19 @@ def test_load_measurements_ok(tmp_path):
 def test_load_measurements_bad_files(tmp_path, rows, header, msg):
     path = _write(tmp_path / "v.csv", rows, header)
     with pytest.raises(ResultsFileError, match=msg) as e:
-        V.load_measurements(path)
+        loading.load_measurements(path)
     assert "\n" not in str(e.value)
 
 
 def test_missing_and_binary_files(tmp_path):
     with pytest.raises(ResultsFileError, match="no such results file"):
-        V.load_measurements(str(tmp_path / "nope.csv"))
+        loading.load_measurements(str(tmp_path / "nope.csv"))
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(ResultsFileError):
-        V.load_measurements(str(bad))
+        loading.load_measurements(str(bad))
     with pytest.raises(ResultsFileError, match="no such results file"):
-        V.load_ncu(str(tmp_path / "nope.csv"))
+        loading.load_ncu(str(tmp_path / "nope.csv"))
 
 
 def test_report_cli_bad_file_is_one_line(tmp_path, capsys):
@@ -271,14 +272,14 @@ def test_parse_and_group_ncu():
         '"4","_fa2_fwd","(8, 16, 1)","300","50","20","21","2000","128"',
         '"5","_ncu_case_marker","(3, 1, 1)","0","0","0","0","1000","3"',
     ])
-    kernels = V.parse_ncu_raw(text)
+    kernels = ncu.parse_ncu_raw(text)
     assert len(kernels) == 6
-    per = V.group_ncu(kernels, 2)
+    per = ncu.group_ncu(kernels, 2)
     assert per[0]["kernels"] == ["_qk_gemm", "_pv_gemm"]
     assert per[0]["dram__bytes_read.sum"] == 1500 and per[0]["lts__t_sectors_srcunit_tex_op_read.sum"] == 110
     assert per[1]["kernels"] == ["_fa2_fwd"] and per[1]["dram__bytes_write.sum"] == 50
     with pytest.raises(ResultsFileError):
-        V.parse_ncu_raw("no csv here")
+        ncu.parse_ncu_raw("no csv here")
 
 
 def test_l2_reads_are_compared_at_both_ends_of_the_crossbar(tmp_path):
@@ -290,10 +291,10 @@ def test_l2_reads_are_compared_at_both_ends_of_the_crossbar(tmp_path):
     path = tmp_path / "ncu.csv"
     path.write_text(head + "\n8,fa2,bf16,4,32,4096,64,0,128,64,4,3,200,50,600,700,1000,ok\n"
                     "9,fa2,bf16,4,32,4096,64,1,128,64,4,3,200,50,600,700,,ok\n")
-    rows = V.load_ncu(str(path))
+    rows = loading.load_ncu(str(path))
     pred = {"runtime_us": 1.0, "hbm_read_bytes": 220.0, "hbm_write_bytes": 60.0, "l2_read_bytes": 1000.0,
             "l2_dirty_at_end_bytes": 10}
-    new, old = V.byte_metrics(rows, [pred, {**pred, "l2_dirty_at_end_bytes": None}])
+    new, old = report.byte_metrics(rows, [pred, {**pred, "l2_dirty_at_end_bytes": None}])
     assert new["l2_read"][2] == 0.0 and new["l2_slice_read"][2] == pytest.approx(1000 / 600 - 1)
     assert new["hbm_read"][2] == pytest.approx(0.1)
     # HBM writes: all of them, and those before the run ended (L2's dirty bytes left out)
@@ -302,22 +303,22 @@ def test_l2_reads_are_compared_at_both_ends_of_the_crossbar(tmp_path):
     assert math.isnan(old["l2_read"][2]) and old["l2_slice_read"][2] == pytest.approx(1000 / 600 - 1)
     path.write_text(head + "\n8,fa2,bf16,4,32,4096,64,0,128,64,4,3,200,50,600,700,lots,ok\n")
     with pytest.raises(ResultsFileError, match="sm_read_bytes_from_l2"):
-        V.load_ncu(str(path))
+        loading.load_ncu(str(path))
 
 
 def test_errors_by_group_mean_and_mape():
     rows = [{"ms": 1.0, "g": "a"}, {"ms": 2.0, "g": "a"}, {"ms": 1.0, "g": "b"}, {"ms": 1.0, "g": "c"}]
     preds = [{"runtime_us": 1100.0}, {"runtime_us": 1800.0}, {"runtime_us": 500.0}, {"runtime_us": None}]
-    out = V.errors_by(rows, preds, lambda r, pr: r["g"] if r["g"] != "b" or pr else None)
+    out = report.errors_by(rows, preds, lambda r, pr: r["g"] if r["g"] != "b" or pr else None)
     assert list(out) == ["a", "b"]
     n, bias, mape = out["a"]
     assert n == 2 and bias == pytest.approx(0.0) and mape == pytest.approx(0.1)
     assert out["b"] == (1, pytest.approx(-0.5), pytest.approx(0.5))
-    assert V.errors_by(rows, preds, lambda r, pr: None) == {}
+    assert report.errors_by(rows, preds, lambda r, pr: None) == {}
 
 
 def test_suite_covers_the_issue():
-    cases = V.suite_cases()
+    cases = suite.suite_cases()
     algos = {(a, p.dtype) for a, p, _, _ in cases}
     assert {("standard", "bf16"), ("fa1", "bf16"), ("fa2", "bf16"), ("fa3", "bf16"), ("fa3", "fp8")} <= algos
     shapes = {(p.head_dim, p.seqlen_q, p.causal) for _, p, _, _ in cases}
@@ -325,7 +326,7 @@ def test_suite_covers_the_issue():
     for _, p, _, _ in cases:
         assert p.batch * p.seqlen_q == 16384 and p.heads * p.head_dim == 2048
     fa2 = [c for a, p, c, _ in cases if a == "fa2" and p.head_dim == 128 and p.seqlen_q == 4096 and not p.causal]
-    assert len(fa2) == len(set(fa2)) == len(V.fa2_configs(V.shapes()[0].with_(head_dim=128, heads=16, kv_heads=16)))
+    assert len(fa2) == len(set(fa2)) == len(suite.fa2_configs(suite.shapes()[0].with_(head_dim=128, heads=16, kv_heads=16)))
     # the default configs come first, so a run cut short still covers every algorithm
     assert all(d for _, _, _, d in cases[:120])
 
@@ -353,10 +354,10 @@ def test_regression_guard():
     if not os.path.exists(BOUNDS):
         pytest.skip("no bounds yet: run `validate.py report --write-bounds` after the first real report")
     bounds = json.load(open(BOUNDS))
-    rows = V.guard_subset(V.load_measurements(MEASURED) + V.gluon_rows())
+    rows = report.guard_subset(loading.load_measurements(MEASURED) + loading.gluon_rows())
     assert rows, "the guard subset of the committed measurements is empty"
-    preds = V.predict_rows(rows, bounds["profile"], jobs=min(4, os.cpu_count() or 1))
-    got = V.guard_metrics(rows, preds)
+    preds = predictions.predict_rows(rows, bounds["profile"], jobs=min(4, os.cpu_count() or 1))
+    got = report.guard_metrics(rows, preds)
     over = {k: (round(got.get(k, float("inf")), 4), b) for k, b in bounds["bounds"].items()
             if not got.get(k, float("inf")) <= b}
     assert not over, f"validation errors rose above their bounds (metric: (now, bound)): {over}"
@@ -365,11 +366,11 @@ def test_regression_guard():
 def test_measured_fa3_rows_take_the_schedule_the_kernel_compiles_to(tmp_path):
     """kernels/fa3.py rows are replayed by fa3_triton (Triton 3.6 builds no
     producer warpgroup); the Gluon kernel's rows are FA3's schedule's."""
-    rows = V.load_measurements(_write(tmp_path / "v.csv", [_row(algo="fa3", num_warps=12)]))
+    rows = loading.load_measurements(_write(tmp_path / "v.csv", [_row(algo="fa3", num_warps=12)]))
     assert rows[0]["algo"] == "fa3_triton" and rows[0]["kernel"] == "fa3"
-    gluon = V.gluon_rows()
+    gluon = loading.gluon_rows()
     assert gluon and {r["algo"] for r in gluon} == {"fa3"} and all(r["default_config"] for r in gluon)
-    assert V.gluon_rows(str(tmp_path / "none.csv")) == []
+    assert loading.gluon_rows(str(tmp_path / "none.csv")) == []
 
 
 @pytest.mark.parametrize("ms, msg", [("fast", "not a number"), ("0", "must be positive")])
@@ -378,7 +379,7 @@ def test_gluon_rows_refuse_bad_times_in_one_line(tmp_path, ms, msg):
     path.write_text("kernel,status,dtype,batch,heads,seqlen,head_dim,causal,ms\n"
                     f"fa3_gluon,ok,bf16,16,32,1024,64,0,{ms}\n")
     with pytest.raises(ResultsFileError, match=msg) as e:
-        V.gluon_rows(str(path))
+        loading.gluon_rows(str(path))
     assert "\n" not in str(e.value)
 
 
@@ -387,8 +388,8 @@ def test_kept_bounds_are_read_for_their_own_profile_only(tmp_path):
     rounding and the bound already kept for the same profile."""
     path = tmp_path / "bounds.json"
     path.write_text(json.dumps({"profile": "h100", "bounds": {"mape.fa2": 0.05}}))
-    assert V._kept_bounds(str(path), "h100") == {"mape.fa2": 0.05}
-    assert V._kept_bounds(str(path), "h100.measured") == {}
+    assert predictions._kept_bounds(str(path), "h100") == {"mape.fa2": 0.05}
+    assert predictions._kept_bounds(str(path), "h100.measured") == {}
     path.write_text("{not json")
-    assert V._kept_bounds(str(path), "h100") == {}
-    assert V._kept_bounds(str(tmp_path / "missing.json"), "h100") == {}
+    assert predictions._kept_bounds(str(path), "h100") == {}
+    assert predictions._kept_bounds(str(tmp_path / "missing.json"), "h100") == {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import contextmanager
 
 from algorithms.defaults import ALGORITHMS, SCHEDULES
 from algorithms.errors import GpusimError
@@ -110,6 +111,23 @@ def print_prediction(pred) -> None:
             print(f"    {lp.name:<9} grid {lp.grid:>8}  {lp.ctas_per_sm} CTA/SM  {lp.waves:8.2f} waves  {rt}")
 
 
+@contextmanager
+def _simulation_bar(enabled: bool):
+    """A progress bar on stderr over a prediction's CTAs, shown only once it
+    has run for a second (a 16k-token prediction takes seconds; a long
+    sequence or a large batch, minutes); yields the callback for predict."""
+    from tqdm import tqdm
+
+    with tqdm(total=0, desc="simulating", unit="CTA", file=sys.stderr, delay=1.0, disable=not enabled,
+              dynamic_ncols=True, leave=False) as bar:
+        def progress(done: int, total: int) -> None:
+            if bar.total != total:
+                bar.total = total
+            bar.update(done - bar.n)
+
+        yield progress if enabled else None
+
+
 def cmd_predict(a) -> int:
     from .predict import predict
     from .profile import load_profile
@@ -117,7 +135,8 @@ def cmd_predict(a) -> int:
     gpu = load_profile(a.gpu)
     problem = problem_from_args(a)
     config = config_from_args(a, a.algo, problem, gpu.features.wgmma)
-    pred = predict(problem, config, gpu, algo=a.algo, simulate=not a.no_sim)
+    with _simulation_bar(enabled=not (a.no_sim or a.no_progress)) as progress:
+        pred = predict(problem, config, gpu, algo=a.algo, simulate=not a.no_sim, progress=progress)
     if a.json:
         print(json.dumps(pred.to_json(), indent=None if a.compact else 2))
     else:
@@ -154,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object (SI units)")
     p.add_argument("--compact", action="store_true", help="with --json: on one line")
     p.add_argument("--no-sim", action="store_true", help="accounting only, skip the simulator")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar on stderr (it shows once a prediction has run for a second)")
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("profiles", help="list hardware profiles and their key numbers")

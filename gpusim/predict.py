@@ -107,7 +107,7 @@ def resolve_config(algo: str, problem: AttentionProblem, config: TileConfig | No
 
 
 def predict(problem: AttentionProblem, config: TileConfig | None, gpu, algo: str = "fa2",
-            simulate: bool = True, fast: bool = True) -> Prediction:
+            simulate: bool = True, fast: bool = True, progress=None) -> Prediction:
     """Predict `algo` on `gpu` (a profile name, path or HardwareProfile).
 
     config None takes the algorithm's default for this GPU and shape. Raises
@@ -115,6 +115,9 @@ def predict(problem: AttentionProblem, config: TileConfig | None, gpu, algo: str
     not fit (DoesNotFit names required and limit) or an algorithm the GPU
     cannot run. simulate=False returns the accounting only (runtime None).
     fast: use the engine's symmetry and steady-state fast-forward.
+    progress(done, total): called as the simulated CTAs are dispatched (of
+    the part the fast path simulates, see symmetry.py); it does not change
+    the prediction.
     """
     # The cyclic garbage collector stays off until the schedule and the
     # engine are gone (engine.simulate: their millions of objects, scanned
@@ -124,7 +127,7 @@ def predict(problem: AttentionProblem, config: TileConfig | None, gpu, algo: str
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _predict(problem, config, gpu, algo, simulate, fast)
+        return _predict(problem, config, gpu, algo, simulate, fast, progress)
     finally:
         if collecting:
             gc.enable()
@@ -145,7 +148,7 @@ def check_fits_hbm(schedule, gpu) -> None:
 
 
 def _predict(problem: AttentionProblem, config: TileConfig | None, gpu, algo: str,
-             simulate: bool, fast: bool) -> Prediction:
+             simulate: bool, fast: bool, progress=None) -> Prediction:
     gpu = load_profile(gpu)
     algorithms.module(algo)
     check_supported(algo, problem, gpu)
@@ -179,7 +182,7 @@ def _predict(problem: AttentionProblem, config: TileConfig | None, gpu, algo: st
                         [(lp.grid, lp.ctas_per_sm) for lp in launches]) if fast else 1)
         part = schedule if k == 1 else algorithms.build(algo, sliced(problem, k), cfg,
                                                         hopper=gpu.features.wgmma)
-        result = run_engine(part, gpu, fast=fast, slices=k)
+        result = run_engine(part, gpu, fast=fast, slices=k, progress=progress)
         pred.simulated_parts = k
         pred.runtime_us = result.runtime_s * 1e6
         pred.tflops = problem.reference_flops() / result.runtime_s / 1e12

@@ -35,6 +35,21 @@ def test_same_inputs_bit_identical_outputs(algo):
     assert a == b
 
 
+def test_progress_watches_without_changing_the_prediction():
+    """predict(progress=): told of every launch's CTAs as they are dispatched
+    (simulated or fast-forwarded), in order, up to all of them; the
+    prediction is the same to the last bit with or without it."""
+    p = AttentionProblem(batch=1, heads=4, seqlen_q=1024, head_dim=64)     # three launches, 4160 CTAs
+    seen = []
+    watched = predict(p, None, "h100", "standard", progress=lambda done, total: seen.append((done, total)))
+    plain = predict(p, None, "h100", "standard")
+    assert watched.to_json() == plain.to_json()
+    total = sum(lp.grid for lp in plain.launches) // plain.simulated_parts
+    assert {t for _, t in seen} == {total} and seen[-1][0] == total
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[0] >= 1
+
+
 def test_same_inputs_bit_identical_outputs_across_processes():
     """Two fresh interpreters give the same runtime to the last bit: nothing in
     the engine may iterate in memory-address order (a set of SimPy events

@@ -303,3 +303,15 @@ def test_gpu_runs_say_they_need_a_gpu_in_one_line(script, argv, tmp_path, capsys
     out = tmp_path if argv[-1] == "--out-dir" else tmp_path / "out.csv"
     assert _experiment(script).main([*argv, str(out)]) == 2
     assert capsys.readouterr().err.strip() == f"{script}: needs a CUDA GPU"
+
+
+def test_predict_progress_bar_goes_to_stderr_only(capsys):
+    """gpusim predict's progress bar (shown once a prediction has run for a
+    second) never mixes into its JSON on stdout; --no-progress leaves stderr
+    empty."""
+    import json
+
+    argv = ["predict", "--batch", "1", "--heads", "2", "--seqlen", "512", "--head-dim", "64", "--json", "--compact"]
+    assert main(argv + ["--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["runtime_us"] > 0 and err == ""

@@ -11,12 +11,13 @@ from .core import UNITS, Engine, LaunchResult, SimResult, bottleneck_of
 
 
 def simulate(schedule: Schedule, gpu: HardwareProfile, fast: bool = True, tracer=None,
-             slices: int = 1) -> SimResult:
+             slices: int = 1, progress=None) -> SimResult:
     """Replay every launch of `schedule` on `gpu`. Deterministic: the same
     inputs give bit-identical results. fast=False simulates every operation.
     slices: `schedule` is one of that many equal parts of the run
     (gpusim/symmetry.py), given that share of the GPU; the result is the
-    part's (its bytes 1/slices of the run's)."""
+    part's (its bytes 1/slices of the run's). progress(done, total): called
+    as the part's CTAs are dispatched (Engine)."""
     ctas_per_sm = [occupancy(launch, gpu).ctas_per_sm for launch in schedule.launches]
     # The cyclic garbage collector stays off while the engine runs: a replay
     # allocates millions of objects (events, ops, L2 lines), and collections
@@ -25,7 +26,7 @@ def simulate(schedule: Schedule, gpu: HardwareProfile, fast: bool = True, tracer
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return Engine(schedule, gpu, fast=fast, tracer=tracer, slices=slices).run(ctas_per_sm)
+        return Engine(schedule, gpu, fast=fast, tracer=tracer, slices=slices, progress=progress).run(ctas_per_sm)
     finally:
         if collecting:
             gc.enable()

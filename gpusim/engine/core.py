@@ -159,11 +159,17 @@ class _Cta:
 
 
 class Engine(LoopSkipping, CtaGhosting):
-    def __init__(self, schedule: Schedule, gpu, fast: bool = True, tracer=None, slices: int = 1):
+    def __init__(self, schedule: Schedule, gpu, fast: bool = True, tracer=None, slices: int = 1,
+                 progress=None):
         """slices: the schedule is one of that many equal parts of the run
         (gpusim/symmetry.py); the engine gives it that share of the SMs, of
-        L2's capacity and of L2's and HBM's bandwidth."""
+        L2's capacity and of L2's and HBM's bandwidth. progress(done, total):
+        called as CTAs are dispatched (simulated or fast-forwarded), counted
+        over all launches; it only watches."""
         self.schedule, self.gpu, self.fast, self.tracer = schedule, gpu, fast, tracer
+        self.progress = progress
+        self.ctas_total = sum(launch.grid for launch in schedule.launches)
+        self.ctas_before = 0        # of the launches before the running one
         self.env = EngineEnvironment()
         self.mem = MemorySystem(gpu, self.env, slices)
         self.mem.footprint = sum(t.nbytes for t in schedule.tensors.values())
@@ -579,6 +585,11 @@ class Engine(LoopSkipping, CtaGhosting):
             self.tracer.slice(sm.index, "ctas", f"{launch.name} #{index}", start, env._now)
         return env._now - start, totals
 
+    def _dispatched(self, upto: int) -> None:
+        """The running launch's CTAs before `upto` are dispatched: tell progress."""
+        if self.progress is not None:
+            self.progress(self.ctas_before + upto, self.ctas_total)
+
     # ------------------- fast-forwarded work (skipping.py, ghosting.py)
     def _background(self, sm: _SM, start: float, end: float, busy) -> list:
         """Fast-forwarded work over [start, end] counts as busy time of the
@@ -679,6 +690,7 @@ class Engine(LoopSkipping, CtaGhosting):
         def main():
             for launch, cps in zip(launches, ctas_per_sm):
                 yield from self._launch(launch, cps, results)
+                self.ctas_before += launch.grid
 
         busy0 = self._busy_snapshot()
         self.env.run_until_processed(self.env.process(main()))

@@ -130,10 +130,12 @@ class CtaGhosting:
                     end += 1
                 state["next"] = end
                 state["ghosted"] += end - index
+                self._dispatched(end)
                 yield from self._ghost(sm, batch.values(), launch, range(index, end), state)
                 continue
             state["next"] = index + 1
             state["simulated"] += 1
+            self._dispatched(index + 1)
             if not state["one_class"]:
                 state["left"][key] -= 1
                 if key in state["class_s"]:

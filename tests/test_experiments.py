@@ -315,3 +315,14 @@ def test_predict_progress_bar_goes_to_stderr_only(capsys):
     assert main(argv + ["--no-progress"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["runtime_us"] > 0 and err == ""
+
+
+def test_the_experiments_index_names_every_script():
+    """experiments/README.md says what each script is for and where it runs:
+    a script missing from it is a script a newcomer cannot place."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "experiments"
+    index = (folder / "README.md").read_text()
+    scripts = sorted(p.name for p in folder.glob("*.py") if p.name != "__init__.py")
+    assert scripts and [s for s in scripts if f"`{s}`" not in index] == []

@@ -250,6 +250,22 @@ SPAN_FA2 = [("fa2 D128 N4096 128x64w8s3", 4096, 128, False, (128, 64, 8, 3)),
             ("fa3_triton fp8 D128 N4096", 4096, 128, False, None)]
 
 
+def parse_span_configs(text: str) -> list[tuple]:
+    """'16384:128:0:128x64w8s3,...' -> SPAN_FA2-style cases; ValueError (one
+    line) for an item of another form."""
+    import re
+
+    cases = []
+    for item in text.split(","):
+        m = re.fullmatch(r"(\d+):(64|128):([01]):(\d+)x(\d+)w(\d+)s(\d+)", item.strip())
+        if m is None:
+            raise ValueError(f"--span-configs: {item!r} is not N:D:causal:BMxBNwWsS (e.g. 16384:128:0:128x64w8s3)")
+        n, d, causal, bm, bn, w, s = map(int, m.groups())
+        cases.append((f"fa2 D{d} N{n}{' causal' if causal else ''} {bm}x{bn}w{w}s{s}", n, d, bool(causal),
+                      (bm, bn, w, s)))
+    return cases
+
+
 def span_clocks(torch, case, launches_before: int) -> dict:
     """After `launches_before` back-to-back launches (a validation row's ~50 ms),
     one stamped launch timed on events: the median SM's clock64 span (first CTA
@@ -314,11 +330,25 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="experiments/results/clock_power_h100.csv")
     ap.add_argument("--only", default="micro,attention,stamped,probe,span",
                     help="micro, attention, stamped, probe, span, or several (comma-separated)")
+    ap.add_argument("--span-configs", default="",
+                    help="span: fa2 cases instead of the built-in ones, comma-separated N:D:causal:BMxBNwWsS "
+                         "(e.g. 16384:128:0:128x64w8s3)")
+    ap.add_argument("--span-before", default="0,40",
+                    help="span: how many launches run back to back before the timed one (comma-separated)")
     args = ap.parse_args(argv)
     kinds = set(args.only.split(","))
     if not kinds <= {"micro", "attention", "stamped", "probe", "span"}:
         print(f"clock_power: --only takes micro, attention, stamped, probe and/or span, got {args.only!r}",
               file=sys.stderr)
+        return 2
+    try:
+        span_cases = parse_span_configs(args.span_configs) if args.span_configs else SPAN_FA2
+        span_before = [int(x) for x in args.span_before.split(",")]
+        if any(b < 0 for b in span_before):
+            raise ValueError
+    except ValueError as e:
+        print(f"clock_power: {e}" if str(e) else f"clock_power: --span-before takes counts >= 0, "
+              f"got {args.span_before!r}", file=sys.stderr)
         return 2
     from experiments import gpu_probe
 
@@ -417,8 +447,8 @@ def main(argv=None) -> int:
                     f"clock = {base_mhz:.0f} MHz x "
                     f"{base:.2f} / probe µs", round(base_mhz * base / us, 1))
         if "span" in kinds:
-            for case in SPAN_FA2:
-                for before in (0, 40):
+            for case in span_cases:
+                for before in span_before:
                     got = span_clocks(torch, case, before)
                     add("span", case[0], f"after {before} launches", {"clock_mhz": "", "clock_p10": "",
                         "clock_p90": "", "power_w": "", "power_cap_share": "", "samples": 0}, 0.0,

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import algorithms
 from algorithms.accounting import count
-from algorithms.errors import InvalidProblem, UnsupportedAlgorithm
+from algorithms.errors import GpusimError, InvalidConfig, InvalidProblem, UnsupportedAlgorithm
 from algorithms.problem import AttentionProblem, TileConfig
 
 from .occupancy import occupancy
@@ -147,8 +147,20 @@ def check_fits_hbm(schedule, gpu) -> None:
                              f"(hbm.capacity_bytes): a smaller batch, fewer heads or a shorter sequence")
 
 
+def _check_arguments(problem, config, progress) -> None:
+    """A wrong kind of argument is a one-line GpusimError, not an AttributeError deep inside."""
+    if not isinstance(problem, AttentionProblem):
+        raise InvalidProblem(f"problem must be an algorithms.problem.AttentionProblem, got {type(problem).__name__}")
+    if config is not None and not isinstance(config, TileConfig):
+        raise InvalidConfig(f"config must be an algorithms.problem.TileConfig or None (the default), "
+                            f"got {type(config).__name__}")
+    if progress is not None and not callable(progress):
+        raise GpusimError(f"progress must be a callable taking (done, total) or None, got {type(progress).__name__}")
+
+
 def _predict(problem: AttentionProblem, config: TileConfig | None, gpu, algo: str,
              simulate: bool, fast: bool, progress=None) -> Prediction:
+    _check_arguments(problem, config, progress)
     gpu = load_profile(gpu)
     algorithms.module(algo)
     check_supported(algo, problem, gpu)

@@ -6,6 +6,7 @@ missing keys, wrong types and impossible values are refused in one line.
 """
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -236,6 +237,9 @@ def load_profile(name_or_path: str) -> HardwareProfile:
     """A profile by name (see available_profiles()) or by path to a .toml file."""
     if isinstance(name_or_path, HardwareProfile):
         return name_or_path
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise ProfileError(f"a GPU is a profile name ({', '.join(available_profiles())}), a path to a .toml "
+                           f"file or a HardwareProfile, got {type(name_or_path).__name__}")
     candidate = Path(name_or_path)
     if candidate.suffix == ".toml" or candidate.parent != Path("."):
         path = candidate

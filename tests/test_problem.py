@@ -2,7 +2,7 @@
 import pytest
 
 import algorithms
-from algorithms.errors import DoesNotFit, InvalidConfig, InvalidProblem, UnsupportedAlgorithm
+from algorithms.errors import DoesNotFit, GpusimError, InvalidConfig, InvalidProblem, ProfileError, UnsupportedAlgorithm
 from algorithms.problem import AttentionProblem, TileConfig
 
 
@@ -95,3 +95,22 @@ def test_a_problem_larger_than_the_gpus_memory_is_refused_at_once():
     with pytest.raises(InvalidProblem, match="h200 has 150.1 GB"):
         predict(AttentionProblem(batch=1, heads=1, seqlen_q=10**11, head_dim=64), None, "h200", "fa2",
                 simulate=False)
+
+
+@pytest.mark.parametrize("args, kwargs, error, says", [
+    ((None, None, "h100"), {}, InvalidProblem, "problem must be an algorithms.problem.AttentionProblem, got NoneType"),
+    (({"batch": 1}, None, "h100"), {}, InvalidProblem, "got dict"),
+    (("P", "128x64", "h100"), {}, InvalidConfig, "config must be an algorithms.problem.TileConfig or None"),
+    (("P", None, 123), {}, ProfileError, "a GPU is a profile name (a100-40gb, "),
+    (("P", None, "h100"), {"progress": 5}, GpusimError, "progress must be a callable taking (done, total)"),
+])
+def test_predict_refuses_the_wrong_kind_of_argument_in_one_line(args, kwargs, error, says):
+    """The API's misuse is a typed one-line error, not an AttributeError from
+    deep inside ('NoneType' object has no attribute 'dtype')."""
+    from gpusim import predict
+
+    problem = AttentionProblem(batch=1, heads=2, seqlen_q=256, head_dim=64)
+    args = tuple(problem if a == "P" else a for a in args)
+    with pytest.raises(error) as err:
+        predict(*args, **kwargs)
+    assert says in str(err.value) and "\n" not in str(err.value)

@@ -193,6 +193,8 @@ class SimulatorPrune:
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
             raise GpusimError(f"top_k must be a positive integer, got {self.top_k!r}")
         algorithms.module(self.algo)
+        from .profile import load_profile
+        load_profile(self.gpu)      # (an unknown GPU refused when the hook is made, not at autotune time)
         if self.predictor is None:
             self.predictor = SimulatorPredictor(self.gpu, self.algo)
 
@@ -247,4 +249,9 @@ def prune_configs_by(gpu="h100", algo: str = "fa2", top_k: int = 3, **options) -
     """The `prune_configs_by=` argument of triton.autotune: {"early_config_prune":
     SimulatorPrune(...)}. options: problem, problem_fn, predictor (e.g.
     PrecomputedPredictor(path)), block_m_key, block_n_key."""
+    allowed = ("problem", "problem_fn", "predictor", "block_m_key", "block_n_key")
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise GpusimError(f"prune_configs_by: unknown option {unknown[0]!r}; allowed: gpu, algo, top_k, "
+                          f"{', '.join(allowed)}")
     return {"early_config_prune": SimulatorPrune(gpu=gpu, algo=algo, top_k=top_k, **options)}

@@ -55,6 +55,11 @@ def test_problem_from_args_and_errors():
         gt.problem_from_args({"x": 1}, {})
     with pytest.raises(GpusimError, match="top_k must be a positive integer"):
         gt.SimulatorPrune(top_k=0, predictor=lambda p, c: 1.0)
+    # refused when the hook is made, not when autotune first calls it
+    with pytest.raises(GpusimError, match="unknown GPU 'x100'"):
+        gt.prune_configs_by(gpu="x100")
+    with pytest.raises(GpusimError, match="prune_configs_by: unknown option 'top'; allowed: gpu, algo, top_k"):
+        gt.prune_configs_by(top=3)
     p = gt.problem_from_args({"q": FakeTensor((2, 8, 100, 128), torch.float16),
                               "k": FakeTensor((2, 8, 300, 128), torch.float16)}, {"causal": 1})
     assert (p.seqlen_q, p.seqlen_kv, p.dtype, p.causal) == (100, 300, "fp16", True)

@@ -261,6 +261,7 @@ def test_a_write_the_system_refuses_is_one_line(tmp_path):
     (["compare", "--head-dims", "64,-128", "--no-progress"], "--head-dims: -128 is below 1, the least allowed"),
     (["memory", "--seqlens", "1024,0"], "--seqlens: 0 is below 1, the least allowed"),
     (["trace", "--seqlen", "512", "--sms", "133"], "--sms 133: h100 has 132 SMs"),
+    (["trace", "--seqlen", "100000000000", "-o", "/tmp/never.json"], "fa2 needs 6,579,200.0 GB of GPU memory"),
     (["predict", "--batch", "1", "--heads", "16", "--seqlen", "100000000000", "--head-dim", "128"],
      "fa2 needs 1,644,800.0 GB of GPU memory for Q, K, V, O, LSE; h100 has 85.0 GB"),
     (["predict", "--algo", "standard", "--batch", "64", "--heads", "32", "--seqlen", "16384", "--head-dim", "64",

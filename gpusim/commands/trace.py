@@ -27,7 +27,7 @@ def run(a) -> int:
 
     from ..engine import simulate
     from ..engine.trace import Tracer
-    from ..predict import check_supported, resolve_config
+    from ..predict import check_fits_hbm, check_supported, resolve_config
     from ..profile import load_profile
 
     if a.sms < 1:
@@ -45,6 +45,7 @@ def run(a) -> int:
             ensure_dir(Path(path).absolute().parent)
     tracer = Tracer(max_sms=a.sms)
     schedule = algorithms.build(a.algo, problem, config, hopper=gpu.features.wgmma)
+    check_fits_hbm(schedule, gpu)
     result = simulate(schedule, gpu, fast=a.fast, tracer=tracer)
     tracer.write_chrome(a.output)
     print(f"{a.algo} on {gpu.name}: {result.runtime_s * 1e6:,.1f} us, {len(tracer.slices):,} slices "

@@ -343,13 +343,15 @@ def main(argv=None) -> int:
         return 2
     try:
         span_cases = parse_span_configs(args.span_configs) if args.span_configs else SPAN_FA2
-        span_before = [int(x) for x in args.span_before.split(",")]
-        if any(b < 0 for b in span_before):
-            raise ValueError
     except ValueError as e:
-        print(f"clock_power: {e}" if str(e) else f"clock_power: --span-before takes counts >= 0, "
-              f"got {args.span_before!r}", file=sys.stderr)
+        print(f"clock_power: {e}", file=sys.stderr)
         return 2
+    span_before = [x.strip() for x in args.span_before.split(",")]
+    if not all(x.isdigit() for x in span_before):
+        print(f"clock_power: --span-before takes counts >= 0, comma-separated, got {args.span_before!r}",
+              file=sys.stderr)
+        return 2
+    span_before = [int(x) for x in span_before]
     from experiments import gpu_probe
 
     if gpu_probe.start("clock_power.py", args.out, None) is None:

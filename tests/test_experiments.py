@@ -181,8 +181,9 @@ def test_clock_power_refuses_bad_input(capsys):
     assert clock_power.main(["--only", "span", "--span-configs", "16384:128:0:128x64w8s3,16384:96:0:64x64w4s3"]) == 2
     assert capsys.readouterr().err.strip() == ("clock_power: --span-configs: '16384:96:0:64x64w4s3' is not "
                                                "N:D:causal:BMxBNwWsS (e.g. 16384:128:0:128x64w8s3)")
-    assert clock_power.main(["--only", "span", "--span-before", "12,-1"]) == 2
-    assert "--span-before takes counts >= 0" in capsys.readouterr().err
+    for bad in ("12,-1", "12,a", ""):
+        assert clock_power.main(["--only", "span", "--span-before", bad]) == 2
+        assert "--span-before takes counts >= 0, comma-separated" in capsys.readouterr().err
     assert clock_power.parse_span_configs("16384:64:1:64x128w4s2") == [
         ("fa2 D64 N16384 causal 64x128w4s2", 16384, 64, True, (64, 128, 4, 2))]
 

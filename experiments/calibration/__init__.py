@@ -11,6 +11,4 @@
 Nothing here is an attention kernel: attention timings validate the model and
 never feed a profile.
 """
-import os
-
-ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from .. import ROOT  # noqa: F401 (the results' default paths start from it)

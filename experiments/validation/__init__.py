@@ -9,6 +9,4 @@
 
 No model parameter is fitted to these timings: they validate the model.
 """
-import os
-
-ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from .. import ROOT  # noqa: F401 (the results' default paths start from it)

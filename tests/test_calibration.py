@@ -27,19 +27,19 @@ def calibrate():
 
 
 @pytest.fixture(scope="module")
-def rows():
+def calibration_rows():
     from experiments.calibration import rows
     return rows
 
 
 @pytest.fixture(scope="module")
-def runner():
+def calibration_runner():
     from experiments.calibration import runner
     return runner
 
 
 @pytest.fixture(scope="module")
-def reduce():
+def calibration_reduce():
     from experiments.calibration import reduce
     return reduce
 
@@ -67,11 +67,11 @@ def _row(bench, param, value, **extra):
     return {"bench": bench, "param": param, "value": value, "detail": extra.pop("detail", "d"), **extra}
 
 
-def test_median_rows_keeps_the_median_runs_row_and_every_value(rows):
+def test_median_rows_keeps_the_median_runs_row_and_every_value(calibration_rows):
     runs = [[_row("l2", "16MB", "7900", clock_mhz_kernel="1800", detail="run a")],
             [_row("l2", "16MB", "7500", clock_mhz_kernel="1700", detail="run b"), _row("hbm", "copy", "2976")],
             [_row("l2", "16MB", "8100", clock_mhz_kernel="1900", detail="run c")]]
-    rows = {(r["bench"], r["param"]): r for r in rows.median_rows(runs)}
+    rows = {(r["bench"], r["param"]): r for r in calibration_rows.median_rows(runs)}
     l2 = rows["l2", "16MB"]
     # the run whose value is the median keeps its clock and detail with it
     assert (l2["value"], l2["clock_mhz_kernel"]) == ("7900", "1800")
@@ -79,14 +79,14 @@ def test_median_rows_keeps_the_median_runs_row_and_every_value(rows):
     assert rows["hbm", "copy"]["value"] == "2976"      # in one run only: as it is
 
 
-def test_median_of_an_even_count_is_the_lower_middle(rows):
+def test_median_of_an_even_count_is_the_lower_middle(calibration_rows):
     runs = [[_row("x", "p", v)] for v in ("4", "1", "3", "2")]
-    assert rows.median_rows(runs)[0]["value"] == "2"
+    assert calibration_rows.median_rows(runs)[0]["value"] == "2"
 
 
-def test_merge_replaces_a_key_in_place_and_appends_new_ones(rows):
+def test_merge_replaces_a_key_in_place_and_appends_new_ones(calibration_rows):
     old = [_row("a", "1", "10"), _row("b", "1", "20"), _row("c", "1", "30")]
-    rows, changes = rows.merge_rows(old, [_row("b", "1", "21"), _row("d", "1", "40")])
+    rows, changes = calibration_rows.merge_rows(old, [_row("b", "1", "21"), _row("d", "1", "40")])
     assert [(r["bench"], r["value"]) for r in rows] == [("a", "10"), ("b", "21"), ("c", "30"), ("d", "40")]
     assert changes == [("b", "1", "20", "21"), ("d", "1", None, "40")]
     assert [r["value"] for r in old] == ["10", "20", "30"]     # the old rows are not touched
@@ -104,8 +104,8 @@ def test_merge_of_a_file_without_the_columns_is_one_line_and_exit_2(calibrate, t
     assert csv_path.read_text() == before      # nothing written
 
 
-def test_merge_writes_the_merged_rows(calibrate, rows, tmp_path):
-    header = ",".join(rows.COLUMNS)
+def test_merge_writes_the_merged_rows(calibrate, calibration_rows, tmp_path):
+    header = ",".join(calibration_rows.COLUMNS)
     csv_path = tmp_path / "calibration.csv"
     csv_path.write_text(f"{header}\nl2,16MB,7600,GB/s,1980,,old,,,,,,,\n")
     runs = []
@@ -126,20 +126,20 @@ def test_merge_writes_the_merged_rows(calibrate, rows, tmp_path):
     ({"clock_mhz_kernel": "", "clock_mhz_nvml": ""}, None),
     ({"clock_mhz_nvml": "fast"}, None),
 ])
-def test_row_clock_prefers_the_clock_read_in_the_kernel(reduce, row, clock):
-    assert reduce.row_clock(row) == clock
+def test_row_clock_prefers_the_clock_read_in_the_kernel(calibration_reduce, row, clock):
+    assert calibration_reduce.row_clock(row) == clock
 
 
-def test_stamped_clock_is_cycles_over_the_global_timer(runner):
+def test_stamped_clock_is_cycles_over_the_global_timer(calibration_runner):
     torch = pytest.importorskip("torch")
     # three CTAs: [clock64 at start, timer ns at start, clock64 at end, timer ns at end]
     stamps = torch.tensor([[100, 0, 1_800_100, 1_000_000],      # 1800 MHz, 1.8M cycles
                            [0, 50, 1_900_000, 1_000_050],       # 1900 MHz
                            [0, 0, 1_700_000, 1_000_000],        # 1700 MHz
                            [5, 5, 5, 5]], dtype=torch.int64)    # never ran: left out
-    mhz, cycles = runner.stamped_clock(stamps.flatten())
+    mhz, cycles = calibration_runner.stamped_clock(stamps.flatten())
     assert mhz == pytest.approx(1800.0) and cycles == pytest.approx(1_800_000)
-    mhz, cycles = runner.stamped_clock(torch.zeros(8, dtype=torch.int64))
+    mhz, cycles = calibration_runner.stamped_clock(torch.zeros(8, dtype=torch.int64))
     assert math.isnan(mhz) and math.isnan(cycles)
 
 
@@ -206,7 +206,7 @@ def test_latency_at_clock_splits_sm_cycles_from_memory_ns():
     assert latency_at_clock(rows, "l2", 1816.0) is None
 
 
-def test_a_rate_a_clock_comes_from_each_sms_own_cycles(runner):
+def test_a_rate_a_clock_comes_from_each_sms_own_cycles(calibration_runner):
     """spanned_rate: an SM's blocks' work over the cycles from its first
     block's start to its last one's end, by its own clock64 (stamp_span's
     buffer: per block cycles and ns, then per block start and SM), whatever
@@ -217,7 +217,7 @@ def test_a_rate_a_clock_comes_from_each_sms_own_cycles(runner):
     starts = [10, 10, 5, 45, 0]
     first_half = [v for cycles, ns, _ in blocks for v in (cycles, ns)]
     second_half = [v for (_, _, sm), start in zip(blocks, starts) for v in (start, sm)]
-    rate, sms = runner.spanned_rate(first_half + second_half, 100.0)
+    rate, sms = calibration_runner.spanned_rate(first_half + second_half, 100.0)
     assert sms == 3
     assert rate == pytest.approx(2.5)
-    assert runner._clock_of(first_half)[1] == 50.0     # (stamp's half, as bench_cuda passes it)
+    assert calibration_runner._clock_of(first_half)[1] == 50.0     # (stamp's half, as bench_cuda passes it)

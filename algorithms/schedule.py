@@ -76,6 +76,12 @@ class Schedule:
     launches: tuple[Launch, ...]
     tensors: dict[str, TensorSpec]
 
+    @property
+    def global_bytes(self) -> int:
+        """Every global tensor's bytes: what the run holds in GPU memory (and
+        the footprint L2 measures itself against)."""
+        return sum(t.nbytes for t in self.tensors.values())
+
 
 def attention_tensors(problem: AttentionProblem, out_elem_bytes: int | None = None,
                       lse: bool = True) -> dict[str, TensorSpec]:

@@ -138,12 +138,10 @@ def check_fits_hbm(schedule, gpu) -> None:
     V, O and what the algorithm keeps beside them (standard's S and P, FA1's
     running output) -- need more than the GPU's memory: no such run exists
     to predict (and counting one of petabytes would take hours)."""
-    tensors = schedule.tensors
-    need = sum(t.nbytes for t in tensors.values())
-    have = gpu.hbm.capacity_bytes
+    need, have = schedule.global_bytes, gpu.hbm.capacity_bytes
     if need > have:
         raise InvalidProblem(f"{schedule.algo} needs {need / 1e9:,.1f} GB of GPU memory for "
-                             f"{', '.join(tensors)}; {gpu.name} has {have / 1e9:,.1f} GB "
+                             f"{', '.join(schedule.tensors)}; {gpu.name} has {have / 1e9:,.1f} GB "
                              f"(hbm.capacity_bytes): a smaller batch, fewer heads or a shorter sequence")
 
 

@@ -172,7 +172,7 @@ class Engine(LoopSkipping, CtaGhosting):
         self.ctas_before = 0        # of the launches before the running one
         self.env = EngineEnvironment()
         self.mem = MemorySystem(gpu, self.env, slices)
-        self.mem.footprint = sum(t.nbytes for t in schedule.tensors.values())
+        self.mem.footprint = schedule.global_bytes
         self.mem.scratch = {name for name, t in schedule.tensors.items() if t.kind == "local"}
         self.sms = [_SM(i) for i in range(gpu.gpu.sm_count // slices)]
         clock = gpu.clock_hz

@@ -37,13 +37,19 @@ def ensure_dir(path) -> Path:
     return path
 
 
+def ensure_folder_of(path) -> Path:
+    """ensure_dir() of the folder results file `path` goes in: a long run
+    checks it before its work, not when it first writes."""
+    return ensure_dir(Path(path).absolute().parent)
+
+
 def cannot_write(name: str, path) -> bool:
     """True, after one line on stderr ("name: cannot write path: why"), when
     the folder of results file `path` cannot be made or written into: a
     long run asks before its work, so that its results are not lost after it
     (the caller exits 2)."""
     try:
-        ensure_dir(Path(path).absolute().parent)
+        ensure_folder_of(path)
     except GpusimError as e:
         print(f"{name}: cannot write {path}: {e}", file=sys.stderr)
         return True

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import algorithms
@@ -133,10 +132,10 @@ def write_predictions(path, problems: Sequence[AttentionProblem], configs: Seque
     """Predict every (problem, config) and write a JSON PrecomputedPredictor
     reads. configs are the sweep knobs; each is applied to the algorithm's
     default config for the GPU (gpusim.explore.sweep_config)."""
-    from .artifacts import ensure_dir, write_json
+    from .artifacts import ensure_folder_of, write_json
     from .explore import Task, run_tasks, sweep_config
 
-    ensure_dir(Path(path).parent)   # (before the predictions, not after)
+    ensure_folder_of(path)   # (before the predictions, not after)
     tasks, keys = [], []
     for p in problems:
         for c in configs:

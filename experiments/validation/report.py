@@ -212,12 +212,12 @@ def _plots(profile, rows, preds, metrics, outdir):
 
 def cmd_report(args) -> int:
     import gpusim.profile as gprof
-    from gpusim.artifacts import atomic_write_text, ensure_dir
+    from gpusim.artifacts import atomic_write_text, ensure_folder_of
 
     t0 = time.time()
     # the report's folder, where its predictions are saved as they come: checked
     # before they are made (an hour on two cores), not at their first save
-    ensure_dir(os.path.dirname(os.path.abspath(args.report)))
+    ensure_folder_of(args.report)
     rows = load_measurements(args.measurements)
     gluon = gluon_rows(args.gluon) if args.gluon else []
     rows += gluon

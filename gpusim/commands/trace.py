@@ -1,12 +1,10 @@
 """gpusim trace: a Chrome/Perfetto timeline of one simulated run (and a Gantt PNG)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import algorithms
 from algorithms.defaults import SCHEDULES
 
-from ..artifacts import ensure_dir
+from ..artifacts import ensure_folder_of
 from ..cli import add_config_args, add_problem_args, config_from_args, problem_from_args
 
 
@@ -40,9 +38,8 @@ def run(a) -> int:
     check_supported(a.algo, problem, gpu)
     algorithms.check(a.algo, problem, config, gpu.residency.smem_per_block_bytes)
     # the outputs' folders before the simulation, not after it
-    for path in (a.output, a.png):
-        if path:
-            ensure_dir(Path(path).absolute().parent)
+    for path in filter(None, (a.output, a.png)):
+        ensure_folder_of(path)
     tracer = Tracer(max_sms=a.sms)
     schedule = algorithms.build(a.algo, problem, config, hopper=gpu.features.wgmma)
     check_fits_hbm(schedule, gpu)

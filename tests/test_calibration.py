@@ -6,6 +6,9 @@ import tomllib
 
 import pytest
 
+from experiments.calibration import reduce as calibration_reduce
+from experiments.calibration import rows as calibration_rows
+from experiments.calibration import runner as calibration_runner
 from gpusim.profile import profiles_dir
 
 # h100.toml takes these from our microbenchmarks (the rest: datasheets, papers);
@@ -24,24 +27,6 @@ MEASURED_IN_H100 = [("l2", "bandwidth_gbps"), ("l2", "sm_port_bytes_per_clk"),
 def calibrate():
     from experiments import calibrate   # (imports the kernels' provenance helpers: inside the fixture)
     return calibrate
-
-
-@pytest.fixture(scope="module")
-def calibration_rows():
-    from experiments.calibration import rows
-    return rows
-
-
-@pytest.fixture(scope="module")
-def calibration_runner():
-    from experiments.calibration import runner
-    return runner
-
-
-@pytest.fixture(scope="module")
-def calibration_reduce():
-    from experiments.calibration import reduce
-    return reduce
 
 
 def _profile(name):
@@ -67,7 +52,7 @@ def _row(bench, param, value, **extra):
     return {"bench": bench, "param": param, "value": value, "detail": extra.pop("detail", "d"), **extra}
 
 
-def test_median_rows_keeps_the_median_runs_row_and_every_value(calibration_rows):
+def test_median_rows_keeps_the_median_runs_row_and_every_value():
     runs = [[_row("l2", "16MB", "7900", clock_mhz_kernel="1800", detail="run a")],
             [_row("l2", "16MB", "7500", clock_mhz_kernel="1700", detail="run b"), _row("hbm", "copy", "2976")],
             [_row("l2", "16MB", "8100", clock_mhz_kernel="1900", detail="run c")]]
@@ -79,12 +64,12 @@ def test_median_rows_keeps_the_median_runs_row_and_every_value(calibration_rows)
     assert rows["hbm", "copy"]["value"] == "2976"      # in one run only: as it is
 
 
-def test_median_of_an_even_count_is_the_lower_middle(calibration_rows):
+def test_median_of_an_even_count_is_the_lower_middle():
     runs = [[_row("x", "p", v)] for v in ("4", "1", "3", "2")]
     assert calibration_rows.median_rows(runs)[0]["value"] == "2"
 
 
-def test_merge_replaces_a_key_in_place_and_appends_new_ones(calibration_rows):
+def test_merge_replaces_a_key_in_place_and_appends_new_ones():
     old = [_row("a", "1", "10"), _row("b", "1", "20"), _row("c", "1", "30")]
     rows, changes = calibration_rows.merge_rows(old, [_row("b", "1", "21"), _row("d", "1", "40")])
     assert [(r["bench"], r["value"]) for r in rows] == [("a", "10"), ("b", "21"), ("c", "30"), ("d", "40")]
@@ -104,7 +89,7 @@ def test_merge_of_a_file_without_the_columns_is_one_line_and_exit_2(calibrate, t
     assert csv_path.read_text() == before      # nothing written
 
 
-def test_merge_writes_the_merged_rows(calibrate, calibration_rows, tmp_path):
+def test_merge_writes_the_merged_rows(calibrate, tmp_path):
     header = ",".join(calibration_rows.COLUMNS)
     csv_path = tmp_path / "calibration.csv"
     csv_path.write_text(f"{header}\nl2,16MB,7600,GB/s,1980,,old,,,,,,,\n")
@@ -126,11 +111,11 @@ def test_merge_writes_the_merged_rows(calibrate, calibration_rows, tmp_path):
     ({"clock_mhz_kernel": "", "clock_mhz_nvml": ""}, None),
     ({"clock_mhz_nvml": "fast"}, None),
 ])
-def test_row_clock_prefers_the_clock_read_in_the_kernel(calibration_reduce, row, clock):
+def test_row_clock_prefers_the_clock_read_in_the_kernel(row, clock):
     assert calibration_reduce.row_clock(row) == clock
 
 
-def test_stamped_clock_is_cycles_over_the_global_timer(calibration_runner):
+def test_stamped_clock_is_cycles_over_the_global_timer():
     torch = pytest.importorskip("torch")
     # three CTAs: [clock64 at start, timer ns at start, clock64 at end, timer ns at end]
     stamps = torch.tensor([[100, 0, 1_800_100, 1_000_000],      # 1800 MHz, 1.8M cycles
@@ -206,7 +191,7 @@ def test_latency_at_clock_splits_sm_cycles_from_memory_ns():
     assert latency_at_clock(rows, "l2", 1816.0) is None
 
 
-def test_a_rate_a_clock_comes_from_each_sms_own_cycles(calibration_runner):
+def test_a_rate_a_clock_comes_from_each_sms_own_cycles():
     """spanned_rate: an SM's blocks' work over the cycles from its first
     block's start to its last one's end, by its own clock64 (stamp_span's
     buffer: per block cycles and ns, then per block start and SM), whatever

@@ -101,15 +101,18 @@ def gluon_rows(path=DEFAULT_GLUON):
     return out
 
 
+def _ok_rows(path, required):
+    """(line number, row, algorithm, problem, config) of the rows with status ok."""
+    for lineno, r in enumerate(_read(path, required), start=2):
+        if r["status"] == "ok":
+            yield (lineno, r, *problem_config(r, path, lineno))
+
+
 def load_measurements(path=DEFAULT_OUT):
     """Rows with status ok, each with 'problem', 'config', 'ms' parsed; ResultsFileError on a
     missing or malformed file."""
-    rows = _read(path, REQUIRED)
     out = []
-    for lineno, r in enumerate(rows, start=2):
-        if r["status"] != "ok":
-            continue
-        algo, p, cfg = problem_config(r, path, lineno)
+    for lineno, r, algo, p, cfg in _ok_rows(path, REQUIRED):
         ms = _ms(r, path, lineno)
         out.append({**r, "algo": algo, "kernel": r["algo"], "problem": p, "config": cfg, "ms": ms,
                     "default_config": r.get("default_config", "0") in ("1", "True", "true")})
@@ -119,12 +122,8 @@ def load_measurements(path=DEFAULT_OUT):
 
 
 def load_ncu(path=DEFAULT_NCU):
-    rows = _read(path, NCU_REQUIRED)
     out = []
-    for lineno, r in enumerate(rows, start=2):
-        if r["status"] != "ok":
-            continue
-        algo, p, cfg = problem_config(r, path, lineno)
+    for lineno, r, algo, p, cfg in _ok_rows(path, NCU_REQUIRED):
         vals = {}
         # (sm_read_bytes_from_l2 since session 16: older files lack it)
         for k in ("dram_read_bytes", "dram_write_bytes", "l2_read_bytes_from_sm", "sm_read_bytes_from_l2"):

@@ -332,16 +332,21 @@ def test_suite_covers_the_issue():
 
 
 def test_report_end_to_end_small(tmp_path):
-    """A tiny synthetic results file through the whole report path (predictions included)."""
-    rows = [_row(block_m=bm, block_n=bn, ms=f"{0.3 + 0.01 * i}", default_config=int(bm == 128 and bn == 64),
-                 batch=16, seqlen=1024, heads=32, kv_heads=32, head_dim=64, num_warps=4)
+    """A tiny synthetic results file through the whole report path (predictions
+    included), with one Gluon FA3 row: small shapes, so that it takes seconds
+    (the committed Gluon file's 24 rows, up to N = 16k, took a minute of CI)."""
+    rows = [_row(block_m=bm, block_n=bn, ms=f"{0.03 + 0.001 * i}", default_config=int(bm == 128 and bn == 64),
+                 batch=2, seqlen=1024, heads=8, kv_heads=8, head_dim=64, num_warps=4)
             for i, (bm, bn) in enumerate([(64, 32), (64, 64), (128, 64), (128, 32)])]
     path = _write(tmp_path / "v.csv", rows)
+    gluon = tmp_path / "gluon.csv"
+    gluon.write_text("kernel,status,dtype,batch,heads,seqlen,head_dim,causal,ms\n"
+                     "fa3_gluon,ok,bf16,2,8,1024,64,0,0.02\n")
     rc = V.main(["report", "--measurements", path, "--ncu", str(tmp_path / "none.csv"), "--gpu", "h100",
-                 "--no-plots", "--jobs", "1", "--report", str(tmp_path / "r.md")])
+                 "--no-plots", "--jobs", "1", "--gluon", str(gluon), "--report", str(tmp_path / "r.md")])
     assert rc == 0
     text = (tmp_path / "r.md").read_text()
-    assert "Profile `h100`" in text and "| fa2 | 4 |" in text
+    assert "Profile `h100`" in text and "| fa2 | 4 |" in text and "| fa3 | 1 |" in text
 
 
 # --------------------------------------------------------------------------- the guard

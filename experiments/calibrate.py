@@ -54,7 +54,7 @@ from kernels.provenance import write_csv_atomic  # noqa: E402
 
 from experiments.calibration.compute_benches import (MORE_DOT_CHAINS, WIDE_DOT_CHAINS, _dot_tflops,  # noqa: E402
                                                      bench_dot_chain, bench_dot_chain_phase, bench_dot_exp_overlap,
-                                                     bench_dot_pair, bench_exp2_triton, bench_softmax_mix,
+                                                     bench_dot_fill, bench_dot_pair, bench_exp2_triton, bench_softmax_mix,
                                                      bench_wgmma_shapes)
 from experiments.calibration.cross_compile import DOT_CHAIN_LOOPS, cmd_check, cmd_loops  # noqa: E402
 from experiments.calibration.cuda_benches import (bench_cp_async, bench_cta_cycle, bench_cta_stamps,  # noqa: E402
@@ -111,6 +111,7 @@ def cmd_run(args) -> int:
              ("wgmma_shapes", lambda: bench_wgmma_shapes(r, K)),
              ("dot_exp_overlap", lambda: bench_dot_exp_overlap(r, K)),
              ("dot_pair", lambda: bench_dot_pair(r, K)),
+             ("dot_fill", lambda: bench_dot_fill(r, K)),
              ("dot_chain", lambda: bench_dot_chain(r, K)),
              ("dot_chain_wide", lambda: bench_dot_chain(r, K, WIDE_DOT_CHAINS, "dot_chain_wide")),
              ("dot_chain_more", lambda: bench_dot_chain(r, K, MORE_DOT_CHAINS, "dot_chain_more")),
@@ -198,7 +199,7 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,tile_write,tma_setup,store_overlap,l2,wgmma,cuda,softmax_mix,"
-                                              "l2_store,l2_round_trip,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_chain,dot_chain_wide,dot_chain_more,dot_chain_phase,"
+                                              "l2_store,l2_round_trip,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_fill,dot_chain,dot_chain_wide,dot_chain_more,dot_chain_phase,"
                                               "exp2_triton,latency,loaded_latency,"
                                               "launch,cta_cycle,cta_stamps")
     p.set_defaults(func=cmd_run)

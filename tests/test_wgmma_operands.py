@@ -192,3 +192,44 @@ def test_operand_starved_wgmma_holds_the_tensor_pipe():
     per_sm_s = sum(own) * trips * ctas / gpu.gpu.sm_count
     assert result.runtime_s >= per_sm_s * 0.98
     assert result.runtime_s <= per_sm_s * 1.10
+
+
+def _dot_fill_rows() -> dict:
+    """{(bm, bn, bk, warps, CTAs an SM, 'held' or 'stream'): the SM's cycles an
+    iteration} of calibrate.py's dot_fill rows."""
+    out = {}
+    for r in csv.DictReader(open(CSV)):
+        m = re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)_(held|stream)", r["param"]) if r["bench"] == "dot_fill" else None
+        if m:
+            *dims, kind = m.groups()
+            out[(*map(int, dims), kind)] = float(r["value"])
+    return out
+
+
+def test_streamed_tiles_take_smem_bandwidth_from_wgmma_operands():
+    """calibrate.py dot_fill: an SS tl.dot loop whose B tile is streamed into
+    SMEM by cp.async every iteration, against the same loop with B held in
+    SMEM, two CTAs an SM. Held, every shape runs at the tensor pipe's rate.
+    Streamed, each is slower than if its fills were free (its products' tensor
+    time or operand reads, whichever is longer) by 0.56-0.78 of the fill's
+    bytes at the SMEM's 128 B a clock: fills share the bandwidth the operand
+    reads use, though not fully. The engine charges them fully (Engine._load,
+    'smem fill'), which these rows put 5-17% over; charged at 0.7 the
+    validation's fa2 ranking got worse on both profiles (validation_notes.md,
+    session 36), so the engine keeps the full charge."""
+    gpu = load_profile("h100")
+    per_clk = gpu.units.smem_bytes_per_clk_per_sm
+    rows = _dot_fill_rows()
+    shapes = {(bm, bn, bk, w) for bm, bn, bk, w, _, _ in rows}
+    assert len(shapes) >= 3
+    for bm, bn, bk, w in sorted(shapes):
+        flops = 2 * bm * bn * bk
+        tensor = flops / 4096      # cycles at the datasheet's 4096 flop a clock an SM
+        held, streamed = rows[(bm, bn, bk, w, 2, "held")], rows[(bm, bn, bk, w, 2, "stream")]
+        assert abs(held / tensor - 1) <= 0.02, (bm, bn, bk, w, held, tensor)
+        operands = gpu.wgmma_operand_bytes(bm, bn, bk, 2, True, bn)
+        fill = bk * bn * 2
+        share = (streamed * per_clk - operands) / fill
+        assert streamed > max(tensor, operands / per_clk) * 1.05, (bm, bn, bk, w, streamed)
+        assert 0.4 <= share <= 1.0, (bm, bn, bk, w, share)
+        assert (operands + fill) / per_clk <= streamed * 1.2, (bm, bn, bk, w, streamed)

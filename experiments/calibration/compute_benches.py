@@ -115,6 +115,72 @@ def bench_dot_exp_overlap(r: Runner, K):
                                f"x {iters} iters; {ms:.3f} ms")
 
 
+# (BM, BN, BK, warps) of dot_fill: Q Kᵀ-sized SS products. 64x64x128 reads
+# its operands from SMEM at the SMEM's 128 B a clock (8 m64n64k16 a warpgroup:
+# 32 KB in the 256 cycles of its tensor time), so any bandwidth its B tile's
+# fill takes (16 KB an iteration) slows it; 64x128x128 reads 48 KB in 512
+# cycles, 96 B a clock, and has 32 B a clock to spare for its 32 KB fill of
+# 64 B a clock; 128x64x128 with 8 warps is fa2's 128x64 step's Q Kᵀ.
+DOT_FILL_SHAPES = ((64, 64, 128, 4), (64, 128, 128, 4), (128, 64, 128, 8))
+
+
+def bench_dot_fill(r: Runner, K):
+    """An SS tl.dot loop whose B tile is held in SMEM ('held') or streamed in
+    every iteration by cp.async ('stream'), with 1 and 2 CTAs an SM: the SM's
+    cycles an iteration (each SM's clock64 from its first CTA's start to its
+    last one's end over the iterations of its CTAs, median SM). Whether a
+    K/V tile's fill shares the SMEM bandwidth the wgmma operand reads use,
+    as the engine charges it (Engine._load, 'smem fill')."""
+    import re
+
+    torch = r.torch
+    tiles = 8   # 128-256 KB of B tiles: L2-resident, reused round-robin
+    for bm, bn, bk, warps in DOT_FILL_SHAPES:
+        a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
+        b = (torch.randn(tiles * bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        iters = 4096 if not r.args.quick else 512
+        for per_sm in (1, 2):
+            grid = r.sms * per_sm
+            c = torch.empty(grid, device="cuda", dtype=torch.float32)
+            clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
+            smid = torch.zeros(grid, device="cuda", dtype=torch.int32)
+            for stream in (0, 1):
+                def fn():
+                    return K["dot_stream"][(grid,)](a, b, c, iters, tiles, clk, smid, BM=bm, BN=bn, BK=bk,
+                                                   STREAM=stream, num_warps=warps, num_stages=3)
+
+                compiled = fn()
+                torch.cuda.synchronize()
+                ptx = compiled.asm.get("ptx", "")
+                instr = sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)))
+                copies = "tma" if "cp.async.bulk" in ptx else "cp.async" if "cp.async" in ptx else "none"
+                with r.sampler() as s:
+                    ms = r.event_loop(fn, n=5)
+                kmhz, cta_cycles = stamped_clock(clk)
+                sm_cycles, ctas_an_sm = _sm_cycles_an_iteration(clk, smid, iters)
+                r.add("dot_fill", f"{bm}x{bn}x{bk}_w{warps}_x{per_sm}_{'stream' if stream else 'held'}",
+                      sm_cycles, "cycles/iter", s.mhz, kmhz,
+                      detail=f"bf16 tl.dot loop, A in SMEM, B {'streamed from L2 (' + copies + ', 3 stages)' if stream else 'held in SMEM'}, "
+                             f"instructions {'/'.join(instr) or '?'}, smem {compiled.metadata.shared} B, "
+                             f"{grid} CTAs ({per_sm} an SM; the SMs held {ctas_an_sm}) x {iters} iters; "
+                             f"{ms:.3f} ms; a CTA's own cycles an iteration {cta_cycles / iters:.1f} (median CTA)")
+
+
+def _sm_cycles_an_iteration(clk, smid, iters: int) -> tuple[float, str]:
+    """(median over SMs of an SM's clock64 cycles from its first CTA's start
+    to its last one's end over its CTAs' iterations, how many CTAs the SMs
+    held: 'min-max') from clock_stamp's CLK and each CTA's SM id."""
+    import numpy as np
+    a = clk.cpu().numpy().reshape(-1, 4).astype(np.float64)
+    sm = smid.cpu().numpy()
+    per_sm, held = [], []
+    for s in np.unique(sm):
+        mine = sm == s
+        per_sm.append((a[mine, 2].max() - a[mine, 0].min()) / (int(mine.sum()) * iters))
+        held.append(int(mine.sum()))
+    return float(np.median(per_sm)), f"{min(held)}-{max(held)}"
+
+
 # (narrow BN1, wide BN2, narrow products per wide one, CTAs of each kind per
 # SM) at BM = 64, BK = 64, 4 warps. SS 64x16x64 reads 10 KB of SMEM per 0.13
 # MFLOP (SMEM-bound: the wgmma_shape rows); SS 64x256x64 reads 40 KB per 2.1

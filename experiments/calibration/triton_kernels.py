@@ -194,6 +194,37 @@ def triton_kernels():
             clock_stamp(CLK, 2, tl.sum(tl.sum(acc, 1), 0).to(tl.int32, bitcast=True))
 
     @triton.jit
+    def dot_stream(A, B, C, iters, tiles, CLK, SMID, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                   STREAM: tl.constexpr):
+        # Do tiles streaming into SMEM take bandwidth from the tensor cores'
+        # operand reads? One SS product an iteration, [BM, BK] x [BK, BN], A
+        # held in SMEM. STREAM: B is a fresh tile every iteration (one of
+        # `tiles` L2-resident ones, a power of two), which Triton's pipeliner
+        # copies into SMEM stages ahead with cp.async, as fa2's K/V; else B is
+        # loaded once and held in SMEM. CLK: each CTA's clock64 and global
+        # timer at start and end (clock_stamp); SMID: the SM it ran on.
+        pid = tl.program_id(0)
+        clock_stamp(CLK, 0, pid)
+        sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [pid], dtype=tl.int32, is_pure=False,
+                                       pack=1)
+        tl.store(SMID + pid, sm)
+        a = tile(A, BM, BK)
+        acc = tl.zeros([BM, BN], tl.float32)
+        if STREAM:
+            rk = tl.arange(0, BK)
+            rn = tl.arange(0, BN)
+            for i in range(iters):
+                b = tl.load(B + (i % tiles) * BK * BN + rk[:, None] * BN + rn[None, :])
+                acc = tl.dot(a, b, acc)
+        else:
+            b = tile(B, BK, BN)
+            for i in range(iters):
+                acc = tl.dot(a, b, acc)
+        out = tl.sum(tl.sum(acc, 1), 0)
+        tl.store(C + pid, out)
+        clock_stamp(CLK, 2, out.to(tl.int32, bitcast=True))
+
+    @triton.jit
     def elementwise(x, FMA: tl.constexpr):
         if FMA:  # four dependent fp32 FMAs
             return (((x * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3) * 0.999 + 1e-3
@@ -362,7 +393,7 @@ def triton_kernels():
     return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, tile_write=tile_write,
                 tma_setup=tma_setup, store_overlap=store_overlap, l2_read=l2_read, l2_shared_read=l2_shared_read,
                 l2_write=l2_write, l2_round_trip=l2_round_trip,
-                dot_shape=dot_shape, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, dot_chain=dot_chain,
+                dot_shape=dot_shape, dot_stream=dot_stream, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, dot_chain=dot_chain,
                 softmax_mix=softmax_mix, exp2_loop=exp2_loop, empty=empty)
 
 DOT_SHAPES = {"bf16": (128, 256, 64), "fp16": (128, 256, 64), "fp8": (128, 256, 128)}

@@ -126,7 +126,9 @@ DOT_FILL_SHAPES = ((64, 64, 128, 4), (64, 128, 128, 4), (128, 64, 128, 8))
 
 def bench_dot_fill(r: Runner, K):
     """An SS tl.dot loop whose B tile is held in SMEM ('held') or streamed in
-    every iteration by cp.async ('stream'), with 1 and 2 CTAs an SM: the SM's
+    every iteration by cp.async, every CTA the same tile at once ('stream',
+    as a head's CTAs read its K/V) or each its own ('distinct': CTA c 13
+    tiles on in a 512-tile set, 8-16 MB), with 1 and 2 CTAs an SM: the SM's
     cycles an iteration (each SM's clock64 from its first CTA's start to its
     last one's end over the iterations of its CTAs, median SM). Whether a
     K/V tile's fill shares the SMEM bandwidth the wgmma operand reads use,
@@ -134,20 +136,24 @@ def bench_dot_fill(r: Runner, K):
     import re
 
     torch = r.torch
-    tiles = 8   # 128-256 KB of B tiles: L2-resident, reused round-robin
+    # (kind, B tiles, CTA c's first tile c x spread): 128-256 KB of B tiles
+    # every CTA reads in step, or 8-16 MB (L2-resident) each CTA its own way
+    variants = (("held", 8, 0), ("stream", 8, 0), ("distinct", 512, 13))
     for bm, bn, bk, warps in DOT_FILL_SHAPES:
         a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
-        b = (torch.randn(tiles * bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        b = (torch.randn(512 * bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
         iters = 4096 if not r.args.quick else 512
         for per_sm in (1, 2):
             grid = r.sms * per_sm
             c = torch.empty(grid, device="cuda", dtype=torch.float32)
             clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
             smid = torch.zeros(grid, device="cuda", dtype=torch.int32)
-            for stream in (0, 1):
+            for kind, tiles, spread in variants:
+                stream = kind != "held"
+
                 def fn():
-                    return K["dot_stream"][(grid,)](a, b, c, iters, tiles, clk, smid, BM=bm, BN=bn, BK=bk,
-                                                   STREAM=stream, num_warps=warps, num_stages=3)
+                    return K["dot_stream"][(grid,)](a, b, c, iters, tiles, spread, clk, smid, BM=bm, BN=bn,
+                                                   BK=bk, STREAM=stream, num_warps=warps, num_stages=3)
 
                 compiled = fn()
                 torch.cuda.synchronize()
@@ -158,9 +164,9 @@ def bench_dot_fill(r: Runner, K):
                     ms = r.event_loop(fn, n=5)
                 kmhz, cta_cycles = stamped_clock(clk)
                 sm_cycles, ctas_an_sm = _sm_cycles_an_iteration(clk, smid, iters)
-                r.add("dot_fill", f"{bm}x{bn}x{bk}_w{warps}_x{per_sm}_{'stream' if stream else 'held'}",
+                r.add("dot_fill", f"{bm}x{bn}x{bk}_w{warps}_x{per_sm}_{kind}",
                       sm_cycles, "cycles/iter", s.mhz, kmhz,
-                      detail=f"bf16 tl.dot loop, A in SMEM, B {'streamed from L2 (' + copies + ', 3 stages)' if stream else 'held in SMEM'}, "
+                      detail=f"bf16 tl.dot loop, A in SMEM, B {'held in SMEM' if not stream else f'streamed from L2 ({copies}, 3 stages), {tiles} tiles, CTA c from tile {spread}c'}, "
                              f"instructions {'/'.join(instr) or '?'}, smem {compiled.metadata.shared} B, "
                              f"{grid} CTAs ({per_sm} an SM; the SMs held {ctas_an_sm}) x {iters} iters; "
                              f"{ms:.3f} ms; a CTA's own cycles an iteration {cta_cycles / iters:.1f} (median CTA)")

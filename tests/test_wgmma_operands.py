@@ -200,7 +200,7 @@ def _dot_fill_rows(clocks: bool = False) -> dict:
     of calibrate.py's dot_fill rows."""
     out = {}
     for r in csv.DictReader(open(CSV)):
-        m = re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)_(held|stream|distinct)", r["param"]) \
+        m = re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)_(held|stream|distinct|group\d+)", r["param"]) \
             if r["bench"] == "dot_fill" else None
         if m:
             *dims, kind = m.groups()

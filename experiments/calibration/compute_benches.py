@@ -127,8 +127,10 @@ DOT_FILL_SHAPES = ((64, 64, 128, 4), (64, 128, 128, 4), (128, 64, 128, 8))
 def bench_dot_fill(r: Runner, K):
     """An SS tl.dot loop whose B tile is held in SMEM ('held') or streamed in
     every iteration by cp.async, every CTA the same tile at once ('stream',
-    as a head's CTAs read its K/V) or each its own ('distinct': CTA c 13
-    tiles on in a 512-tile set, 8-16 MB), with 1 and 2 CTAs an SM: the SM's
+    as a head's CTAs read its K/V), each its own ('distinct': CTA c 13
+    tiles on in a 512-tile set, 8-16 MB) or groups of 8 or 33 CTAs each on
+    their own ('group8', 'group33': as the heads of a launch whose resident
+    CTAs hold 16 or 4 heads), with 1 and 2 CTAs an SM: the SM's
     cycles an iteration (each SM's clock64 from its first CTA's start to its
     last one's end over the iterations of its CTAs, median SM). Whether a
     K/V tile's fill shares the SMEM bandwidth the wgmma operand reads use,
@@ -138,7 +140,8 @@ def bench_dot_fill(r: Runner, K):
     torch = r.torch
     # (kind, B tiles, CTA c's first tile c x spread): 128-256 KB of B tiles
     # every CTA reads in step, or 8-16 MB (L2-resident) each CTA its own way
-    variants = (("held", 8, 0), ("stream", 8, 0), ("distinct", 512, 13))
+    variants = (("held", 8, 0, 1), ("stream", 8, 0, 1), ("distinct", 512, 13, 1), ("group8", 512, 13, 8),
+                ("group33", 512, 13, 33))
     for bm, bn, bk, warps in DOT_FILL_SHAPES:
         a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
         b = (torch.randn(512 * bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
@@ -148,11 +151,11 @@ def bench_dot_fill(r: Runner, K):
             c = torch.empty(grid, device="cuda", dtype=torch.float32)
             clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
             smid = torch.zeros(grid, device="cuda", dtype=torch.int32)
-            for kind, tiles, spread in variants:
+            for kind, tiles, spread, group in variants:
                 stream = kind != "held"
 
                 def fn():
-                    return K["dot_stream"][(grid,)](a, b, c, iters, tiles, spread, clk, smid, BM=bm, BN=bn,
+                    return K["dot_stream"][(grid,)](a, b, c, iters, tiles, spread, group, clk, smid, BM=bm, BN=bn,
                                                    BK=bk, STREAM=stream, num_warps=warps, num_stages=3)
 
                 compiled = fn()
@@ -166,7 +169,7 @@ def bench_dot_fill(r: Runner, K):
                 sm_cycles, ctas_an_sm = _sm_cycles_an_iteration(clk, smid, iters)
                 r.add("dot_fill", f"{bm}x{bn}x{bk}_w{warps}_x{per_sm}_{kind}",
                       sm_cycles, "cycles/iter", s.mhz, kmhz,
-                      detail=f"bf16 tl.dot loop, A in SMEM, B {'held in SMEM' if not stream else f'streamed from L2 ({copies}, 3 stages), {tiles} tiles, CTA c from tile {spread}c'}, "
+                      detail=f"bf16 tl.dot loop, A in SMEM, B {'held in SMEM' if not stream else f'streamed from L2 ({copies}, 3 stages), {tiles} tiles, CTA c from tile {spread} x (c // {group})'}, "
                              f"instructions {'/'.join(instr) or '?'}, smem {compiled.metadata.shared} B, "
                              f"{grid} CTAs ({per_sm} an SM; the SMs held {ctas_an_sm}) x {iters} iters; "
                              f"{ms:.3f} ms; a CTA's own cycles an iteration {cta_cycles / iters:.1f} (median CTA)")

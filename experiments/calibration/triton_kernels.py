@@ -194,15 +194,16 @@ def triton_kernels():
             clock_stamp(CLK, 2, tl.sum(tl.sum(acc, 1), 0).to(tl.int32, bitcast=True))
 
     @triton.jit
-    def dot_stream(A, B, C, iters, tiles, spread, CLK, SMID, BM: tl.constexpr, BN: tl.constexpr,
+    def dot_stream(A, B, C, iters, tiles, spread, group, CLK, SMID, BM: tl.constexpr, BN: tl.constexpr,
                    BK: tl.constexpr, STREAM: tl.constexpr):
         # Do tiles streaming into SMEM take bandwidth from the tensor cores'
         # operand reads? One SS product an iteration, [BM, BK] x [BK, BN], A
         # held in SMEM. STREAM: B is a fresh tile every iteration (one of
         # `tiles` L2-resident ones, a power of two), which Triton's pipeliner
-        # copies into SMEM stages ahead with cp.async, as fa2's K/V; CTA c
-        # starts `spread` tiles on (0: every CTA reads the same tile at the
-        # same time, as a head's CTAs read its K/V). Else B is loaded once
+        # copies into SMEM stages ahead with cp.async, as fa2's K/V; the CTAs
+        # c of group c // `group` start `spread` tiles on from the group
+        # before (0: every CTA reads the same tile at the same time, as a
+        # head's CTAs read its K/V). Else B is loaded once
         # and held in SMEM. CLK: each CTA's clock64 and global timer at start
         # and end (clock_stamp); SMID: the SM it ran on.
         pid = tl.program_id(0)
@@ -216,7 +217,7 @@ def triton_kernels():
             rk = tl.arange(0, BK)
             rn = tl.arange(0, BN)
             for i in range(iters):
-                b = tl.load(B + ((pid * spread + i) % tiles) * BK * BN + rk[:, None] * BN + rn[None, :])
+                b = tl.load(B + (((pid // group) * spread + i) % tiles) * BK * BN + rk[:, None] * BN + rn[None, :])
                 acc = tl.dot(a, b, acc)
         else:
             b = tile(B, BK, BN)

@@ -195,9 +195,10 @@ def test_operand_starved_wgmma_holds_the_tensor_pipe():
 
 
 def _dot_fill_rows(clocks: bool = False) -> dict:
-    """{(bm, bn, bk, warps, CTAs an SM, 'held', 'stream' or 'distinct'): the
-    SM's cycles an iteration (with clocks: and the clock its kernel read, MHz)}
-    of calibrate.py's dot_fill rows."""
+    """{(bm, bn, bk, warps, CTAs an SM, how B was read: 'held', 'stream',
+    'distinct', 'group8' or 'group33'): the SM's cycles an iteration (with
+    clocks: and the clock its kernel read, MHz)} of calibrate.py's dot_fill
+    rows."""
     out = {}
     for r in csv.DictReader(open(CSV)):
         m = re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)_(held|stream|distinct|group\d+)", r["param"]) \

@@ -10,7 +10,7 @@ import os
 
 from kernels.provenance import write_csv_atomic
 
-from .runner import Runner, stamped_clock
+from .runner import Runner, spanned_rate, stamped_clock
 from .triton_kernels import DOT_SHAPES, DOT_WARPS
 
 
@@ -134,12 +134,14 @@ def bench_dot_fill(r: Runner, K):
     cycles an iteration (each SM's clock64 from its first CTA's start to its
     last one's end over the iterations of its CTAs, median SM). Whether a
     K/V tile's fill shares the SMEM bandwidth the wgmma operand reads use,
-    as the engine charges it (Engine._load, 'smem fill')."""
+    as the engine charges it (Engine._load, 'smem fill'), and how fast L2
+    serves tiles that many SMs read at once (tests/test_wgmma_operands.py)."""
     import re
 
     torch = r.torch
-    # (kind, B tiles, CTA c's first tile c x spread): 128-256 KB of B tiles
-    # every CTA reads in step, or 8-16 MB (L2-resident) each CTA its own way
+    # (kind, B tiles, spread, group): CTA c starts at tile spread x (c //
+    # group) of 8 tiles (128-256 KB) every CTA reads in step, or of 512
+    # (8-16 MB, L2-resident) each CTA or group of CTAs its own way
     variants = (("held", 8, 0, 1), ("stream", 8, 0, 1), ("distinct", 512, 13, 1), ("group8", 512, 13, 8),
                 ("group33", 512, 13, 33))
     for bm, bn, bk, warps in DOT_FILL_SHAPES:
@@ -167,27 +169,29 @@ def bench_dot_fill(r: Runner, K):
                     ms = r.event_loop(fn, n=5)
                 kmhz, cta_cycles = stamped_clock(clk)
                 sm_cycles, ctas_an_sm = _sm_cycles_an_iteration(clk, smid, iters)
+                b_is = (f"streamed from L2 ({copies}, 3 stages), {tiles} tiles, CTA c from tile {spread} x "
+                        f"(c // {group})") if stream else "held in SMEM"
                 r.add("dot_fill", f"{bm}x{bn}x{bk}_w{warps}_x{per_sm}_{kind}",
                       sm_cycles, "cycles/iter", s.mhz, kmhz,
-                      detail=f"bf16 tl.dot loop, A in SMEM, B {'held in SMEM' if not stream else f'streamed from L2 ({copies}, 3 stages), {tiles} tiles, CTA c from tile {spread} x (c // {group})'}, "
+                      detail=f"bf16 tl.dot loop, A in SMEM, B {b_is}, "
                              f"instructions {'/'.join(instr) or '?'}, smem {compiled.metadata.shared} B, "
                              f"{grid} CTAs ({per_sm} an SM; the SMs held {ctas_an_sm}) x {iters} iters; "
                              f"{ms:.3f} ms; a CTA's own cycles an iteration {cta_cycles / iters:.1f} (median CTA)")
 
 
 def _sm_cycles_an_iteration(clk, smid, iters: int) -> tuple[float, str]:
-    """(median over SMs of an SM's clock64 cycles from its first CTA's start
-    to its last one's end over its CTAs' iterations, how many CTAs the SMs
+    """(an SM's clock64 cycles from its first CTA's start to its last one's
+    end over its CTAs' iterations, by spanned_rate; how many CTAs the SMs
     held: 'min-max') from clock_stamp's CLK and each CTA's SM id."""
     import numpy as np
     a = clk.cpu().numpy().reshape(-1, 4).astype(np.float64)
-    sm = smid.cpu().numpy()
-    per_sm, held = [], []
-    for s in np.unique(sm):
-        mine = sm == s
-        per_sm.append((a[mine, 2].max() - a[mine, 0].min()) / (int(mine.sum()) * iters))
-        held.append(int(mine.sum()))
-    return float(np.median(per_sm)), f"{min(held)}-{max(held)}"
+    sm = smid.cpu().numpy().astype(np.float64)
+    # stamp_span's layout: (cycles, ns) of every CTA, then (start, SM) of every CTA
+    spans = np.concatenate([np.stack([a[:, 2] - a[:, 0], a[:, 3] - a[:, 1]], 1).ravel(),
+                            np.stack([a[:, 0], sm], 1).ravel()])
+    rate, _ = spanned_rate(spans, iters)
+    held = np.unique(sm, return_counts=True)[1]
+    return 1.0 / rate, f"{held.min()}-{held.max()}"
 
 
 # (narrow BN1, wide BN2, narrow products per wide one, CTAs of each kind per

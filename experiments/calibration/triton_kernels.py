@@ -200,12 +200,11 @@ def triton_kernels():
         # operand reads? One SS product an iteration, [BM, BK] x [BK, BN], A
         # held in SMEM. STREAM: B is a fresh tile every iteration (one of
         # `tiles` L2-resident ones, a power of two), which Triton's pipeliner
-        # copies into SMEM stages ahead with cp.async, as fa2's K/V; the CTAs
-        # c of group c // `group` start `spread` tiles on from the group
-        # before (0: every CTA reads the same tile at the same time, as a
-        # head's CTAs read its K/V). Else B is loaded once
-        # and held in SMEM. CLK: each CTA's clock64 and global timer at start
-        # and end (clock_stamp); SMID: the SM it ran on.
+        # copies into SMEM stages ahead with cp.async, as fa2's K/V; CTA c
+        # starts at tile `spread` x (c // `group`) (spread 0: every CTA reads
+        # the same tile at the same time, as a head's CTAs read its K/V).
+        # Else B is loaded once and held in SMEM. CLK: each CTA's clock64 and
+        # global timer at start and end (clock_stamp); SMID: the SM it ran on.
         pid = tl.program_id(0)
         clock_stamp(CLK, 0, pid)
         sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [pid], dtype=tl.int32, is_pure=False,

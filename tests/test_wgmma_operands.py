@@ -215,7 +215,7 @@ def test_streamed_tiles_take_smem_bandwidth_from_wgmma_operands():
     SMEM by cp.async every iteration, against the same loop with B held in
     SMEM, two CTAs an SM. Held, every shape runs at the tensor pipe's rate.
     Streamed, each is slower than if its fills were free (its products' tensor
-    time or operand reads, whichever is longer) by 0.55-0.80 of the fill's
+    time or operand reads, whichever is longer) by 0.54-0.80 of the fill's
     bytes at the SMEM's 128 B a clock: fills share the bandwidth the operand
     reads use, though not fully. The engine charges them fully (Engine._load,
     'smem fill'), which these rows put 4-18% over; charged at 0.7 the

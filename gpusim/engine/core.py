@@ -452,7 +452,7 @@ class Engine(LoopSkipping, CtaGhosting):
         if engine != LD:
             # cp.async and TMA deposit the tile in SMEM: its write bandwidth is
             # the same the wgmma operand reads use. calibrate.py dot_fill (two
-            # CTAs an SM) has a streamed tile cost 0.55-0.80 of its bytes' time
+            # CTAs an SM) has a streamed tile cost 0.54-0.80 of its bytes' time
             # beside the operand reads, so this full charge is 4-18% over those
             # rows; charged at 0.7, fa2's ranking got worse (validation_notes.md,
             # session 36; tests/test_wgmma_operands.py).

@@ -35,6 +35,18 @@ simulation against the whole GPU's unless said:
   not, on two parts: within 0.8% of the whole GPU, HBM reads equal.
 So: two parts, where a K/V group's tensors fit in a part's L2 and every
 launch has MIN_WAVES waves and a part's slots of CTAs a head or more.
+
+Lone CTAs. A launch of no more CTAs than SMs (FA1, one CTA a head: 16 at
+B1 H16) starts them all at once, each alone on its SM, and a part holds
+half of them on half of the SMs with half of L2 and of its bandwidths: the
+same CTAs meeting the same share of everything. The part's full simulation
+is the whole GPU's to 1e-9 of its time and to the byte (session 37: three
+cases in tests/test_symmetry.py), so such launches are cut in parts however
+few their waves. FA1's 14 validation shapes of at most 132 CTAs, fast path
+on half the GPU against the whole GPU's full simulation: within 0.65%, as
+on the whole GPU, HBM bytes within 0.24% (experiments/results/
+fast_vs_full_fa1.csv); its benchmark single (B1 H16 N16k D128) takes half
+the CPU time.
 """
 from __future__ import annotations
 
@@ -62,7 +74,7 @@ def slices_for(problem: AttentionProblem, sm_count: int, l2_bytes: int,
     PARTS where they divide the SMs and the batch or the K/V heads (GQA
     groups kept whole), a K/V group's tensors fit in a part's L2, and each
     of `launches` -- (grid, CTAs an SM) -- has a part's slots of CTAs a head
-    or more and MIN_WAVES waves."""
+    or more and MIN_WAVES waves, or no more CTAs than SMs."""
     k = PARTS
     if sm_count % k or (problem.batch % k and problem.kv_heads % k):
         return 1
@@ -70,6 +82,8 @@ def slices_for(problem: AttentionProblem, sm_count: int, l2_bytes: int,
         return 1
     heads = problem.batch * problem.heads
     for grid, per_sm in launches:
+        if grid <= sm_count:
+            continue    # lone CTAs (above): a part is a replica
         slots = sm_count * per_sm
         if grid // heads < slots // k or grid < MIN_WAVES * slots:
             return 1

@@ -2,7 +2,7 @@
 import pytest
 
 import algorithms
-from algorithms.problem import AttentionProblem, TileConfig
+from algorithms.problem import AttentionProblem
 from gpusim import predict
 from gpusim.engine import simulate
 from gpusim.profile import load_profile
@@ -49,6 +49,34 @@ def test_no_parts_where_the_sms_do_not_divide():
 def test_no_parts_for_many_heads_a_wave_or_few_waves(heads, per_head, per_sm, k):
     problem = AttentionProblem(batch=1, heads=heads, seqlen_q=16384, head_dim=64)
     assert slices_for(problem, 132, L2, [(heads * per_head, per_sm)]) == k
+
+
+def test_a_launch_of_no_more_ctas_than_sms_is_cut_in_parts_however_short():
+    """FA1 runs one CTA a head: 16 CTAs at B1 H16, a fraction of a wave."""
+    problem = AttentionProblem(batch=1, heads=16, seqlen_q=16384, head_dim=128)
+    assert slices_for(problem, 132, L2, [(16, 2)]) == 2
+    assert slices_for(problem, 132, L2, [(132, 1)]) == 2
+    assert slices_for(problem, 132, L2, [(133, 1)]) == 1      # 133 CTAs: 1.01 waves
+    assert slices_for(problem, 132, L2, [(16, 2), (133, 1)]) == 1
+
+
+@pytest.mark.parametrize("algo, problem", [
+    ("fa1", AttentionProblem(batch=2, heads=8, seqlen_q=2048, head_dim=64)),
+    ("fa1", AttentionProblem(batch=2, heads=8, seqlen_q=2048, head_dim=128, causal=True)),
+    ("fa2", AttentionProblem(batch=1, heads=4, seqlen_q=1024, head_dim=64, causal=True)),
+])
+def test_lone_ctas_on_half_the_gpu_are_the_whole_exactly(algo, problem):
+    """Each CTA alone on its SM from the start: a part's full simulation is
+    the whole GPU's, to the cycle and the byte (its bytes halved)."""
+    whole = simulate(algorithms.build(algo, problem, None), H100, fast=False)
+    launches = algorithms.build(algo, problem, None).launches
+    assert all(launch.grid <= H100.gpu.sm_count for launch in launches)
+    part = simulate(algorithms.build(algo, sliced(problem, 2), None), H100, fast=False, slices=2)
+    assert part.runtime_s == pytest.approx(whole.runtime_s, rel=1e-9)
+    assert 2 * part.hbm_read_bytes == whole.hbm_read_bytes
+    assert 2 * part.hbm_write_bytes == whole.hbm_write_bytes
+    assert 2 * part.requested_bytes == whole.requested_bytes
+    assert predict(problem, None, H100, algo=algo).simulated_parts == 2
 
 
 # The fast path on half of the GPU against the full simulation of all of it,

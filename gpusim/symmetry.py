@@ -39,10 +39,11 @@ launch has MIN_WAVES waves and a part's slots of CTAs a head or more.
 Lone CTAs. A launch of no more CTAs than SMs (FA1, one CTA a head: 16 at
 B1 H16) starts them all at once, each alone on its SM, and a part holds
 half of them on half of the SMs with half of L2 and of its bandwidths: the
-same CTAs meeting the same share of everything. The part's full simulation
-is the whole GPU's to 1e-9 of its time and to the byte (session 37: three
-cases in tests/test_symmetry.py), so such launches are cut in parts however
-few their waves. FA1's 14 validation shapes of at most 132 CTAs, fast path
+same CTAs meeting the same share of everything. With every SM alike (no
+l2.sm_latency_offsets_cycles, as every profile has it) the part's full
+simulation is the whole GPU's to 1e-9 of its time and to the byte (session
+37: three cases in tests/test_symmetry.py), so such launches are cut in
+parts however few their waves. FA1's 14 validation shapes of at most 132 CTAs, fast path
 on half the GPU against the whole GPU's full simulation: within 0.65%, as
 on the whole GPU, HBM bytes within 0.24% (experiments/results/
 fast_vs_full_fa1.csv); its benchmark single (B1 H16 N16k D128) takes half

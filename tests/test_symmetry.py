@@ -68,9 +68,9 @@ def test_a_launch_of_no_more_ctas_than_sms_is_cut_in_parts_however_short():
 def test_lone_ctas_on_half_the_gpu_are_the_whole_exactly(algo, problem):
     """Each CTA alone on its SM from the start: a part's full simulation is
     the whole GPU's, to the cycle and the byte (its bytes halved)."""
-    whole = simulate(algorithms.build(algo, problem, None), H100, fast=False)
-    launches = algorithms.build(algo, problem, None).launches
-    assert all(launch.grid <= H100.gpu.sm_count for launch in launches)
+    schedule = algorithms.build(algo, problem, None)
+    assert all(launch.grid <= H100.gpu.sm_count for launch in schedule.launches)
+    whole = simulate(schedule, H100, fast=False)
     part = simulate(algorithms.build(algo, sliced(problem, 2), None), H100, fast=False, slices=2)
     assert part.runtime_s == pytest.approx(whole.runtime_s, rel=1e-9)
     assert 2 * part.hbm_read_bytes == whole.hbm_read_bytes

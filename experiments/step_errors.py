@@ -51,12 +51,14 @@ def chain_rows(bench: str = "dot_chain", path: str = CSV) -> list[tuple]:
     return out
 
 
-def chain_schedule(bm, bn, d, warps, grid, regs, smem):
+def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: int = 1):
     """The dot_chain kernel as fa2 runs its compute: one role per warpgroup,
     each its share of the rows (all of them, where 8 warps share 64 rows),
-    meeting at a barrier every step."""
+    meeting at a barrier every step. tiles: B and V streamed as fa2 streams
+    K and V (cp.async, `stages` stages, each role copying its part), step i
+    reading tile i % tiles of each, every CTA the same ones (dot_chain_stream)."""
     from algorithms.fa2 import step_ops, warpgroup_replicas
-    from algorithms.ops import MmaWait
+    from algorithms.ops import Load, MmaWait, Tile
     from algorithms.problem import AttentionProblem, TileConfig
     from algorithms.schedule import CtaProgram, Launch, Role, Schedule, pipelined_loop
 
@@ -70,9 +72,16 @@ def chain_schedule(bm, bn, d, warps, grid, regs, smem):
     def compute(i):
         return chain
 
+    part = bn * d * 2 // roles      # a role's share of a B or V tile (bf16)
+    streamed = [[[Load(Tile(name, 0, 0, j, k), part) for name in ("B", "V")] for j in range(tiles)]
+                for k in range(roles)]
+
+    def loads(k):
+        return (lambda i: streamed[k][i % tiles]) if tiles else (lambda i: [])
+
     def program(cta):
         return CtaProgram(tuple(
-            Role(f"warpgroup{k}", 4, (*pipelined_loop("chain", ITERATIONS, lambda i: [], compute, 1,
+            Role(f"warpgroup{k}", 4, (*pipelined_loop("chain", ITERATIONS, loads(k), compute, stages if tiles else 1,
                                                       lambda i: 0, role=k, roles=roles),
                                       MmaWait(0)))      # the last P V, as fa2's epilogue waits
             for k in range(roles)))

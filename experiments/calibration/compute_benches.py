@@ -297,6 +297,55 @@ def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain"):
                          "the last launch): cycles on the SM that ran it, whatever its clock")
 
 
+# (BM, BN, D, warps) of dot_chain_stream: fa2's steps at D = 128 that the GPU
+# and the engine rank apart (128x64 and 128x128 with 8 warps, the GPU's best
+# and the explorer's pick at N16k; 64x64 and 64x128 with 4 warps)
+STREAM_CHAINS = ((128, 64, 128, 8), (128, 128, 128, 8), (64, 64, 128, 4), (64, 128, 128, 4))
+STREAM_TILES = 8        # B and V tiles every CTA cycles through in step: 0.5-2 MB, L2-resident
+STREAM_STAGES = 3       # as fa2's best configs
+
+
+def bench_dot_chain_stream(r: Runner, K):
+    """What do a flash step's K/V loads add to its chain? dot_chain with B
+    and V held on chip ('held', one stage, as dot_chain) and streamed from L2
+    every step by cp.async (STREAM_STAGES stages, every CTA the same tile at
+    once), one and two CTAs an SM where two fit: rows dot_chain_stream, a
+    CTA's own clock64 cycles an iteration (median CTA). The engine replays
+    the same loop (experiments/step_errors.py --stream)."""
+    torch = r.torch
+    for bm, bn, d, warps in STREAM_CHAINS:
+        a = (torch.randn(bm, d, device="cuda") * 0.1).to(torch.bfloat16)
+        b = (torch.randn(STREAM_TILES * d, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        v = (torch.randn(STREAM_TILES * bn, d, device="cuda") * 0.1).to(torch.bfloat16)
+        iters = 2048 if not r.args.quick else 256
+        for per_sm in (1, 2):
+            grid = r.sms * per_sm
+            c = torch.empty(grid, device="cuda", dtype=torch.float32)
+            clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
+            for kind, tiles, stages in (("held", 0, 1), ("stream", STREAM_TILES, STREAM_STAGES)):
+
+                def fn():
+                    return K["dot_chain"][(grid,)](a, b, v, c, iters, clk, clk, 0, BM=bm, BN=bn, BK=d, D=d,
+                                                   CLOCKED=True, TILES=tiles, num_warps=warps,
+                                                   num_stages=stages)
+
+                compiled = fn()
+                torch.cuda.synchronize()
+                regs = getattr(compiled, "n_regs", 0) or 0
+                if per_sm > 1 and (per_sm * (compiled.metadata.shared + 1024) > r.props.shared_memory_per_multiprocessor
+                                   or per_sm * regs * 32 * warps > r.props.regs_per_multiprocessor):
+                    continue    # two would not fit an SM: the second wave would run alone
+                with r.sampler() as s:
+                    ms = r.event_loop(fn, n=5)
+                kmhz, cta_cycles = stamped_clock(clk)
+                r.add("dot_chain_stream", f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_{kind}", cta_cycles / iters,
+                      "clk/iter", s.mhz, kmhz,
+                      detail=f"dot_chain, B and V {'held on chip' if not tiles else f'streamed: {tiles} tiles every CTA reads in step, {stages} stages'}; "
+                             f"{grid} CTAs ({per_sm} an SM; {regs} registers a thread), "
+                             f"smem {compiled.metadata.shared} B, {iters} iters, {ms:.3f} ms; a CTA's clock64 "
+                             f"from its start to its end over its iterations (median CTA)")
+
+
 # The dot_chain shapes with two warpgroups: where the engine and the GPU part
 # (tests/test_dot_chain.py's held-out rows)
 PHASE_CHAINS = ((128, 64, 128, 8), (128, 64, 64, 8))

@@ -14,6 +14,7 @@ config errors of fa2 are not its step chain's (validation_notes.md, session 33).
 
     PYTHONPATH=. python experiments/step_errors.py [--profile h100.measured]
         [--predictions experiments/results/validation_predictions_h100_measured.csv]
+    PYTHONPATH=. python experiments/step_errors.py --stream    # calibrate.py's dot_chain_stream rows
 """
 from __future__ import annotations
 
@@ -107,6 +108,40 @@ def replay(rows, profile: str = "h100.measured") -> list[tuple]:
     return out
 
 
+def stream_rows(path: str = CSV) -> list[tuple]:
+    """(block_m, block_n, D, warps, CTAs an SM, 'held' or 'stream', registers,
+    SMEM, measured cycles a step: a CTA's own clock64) of each dot_chain_stream row."""
+    out = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["bench"] != "dot_chain_stream":
+                continue
+            m = re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)_(held|stream)", r["param"])
+            bm, bn, d, warps, per_sm = map(int, m.groups()[:5])
+            regs = int(re.search(r"(\d+) registers a thread", r["detail"]).group(1))
+            smem = int(re.search(r"smem (\d+) B", r["detail"]).group(1))
+            out.append((bm, bn, d, warps, per_sm, m.group(6), regs, smem, float(r["value"])))
+    return out
+
+
+def replay_stream(rows, profile: str = "h100.measured") -> list[tuple]:
+    """(the row's key, the engine's cycles a step, the measured ones) of each
+    dot_chain_stream row, its B and V streamed as the bench streams them."""
+    from gpusim.engine import simulate
+    from gpusim.profile import load_profile
+
+    from experiments.calibration.compute_benches import STREAM_STAGES, STREAM_TILES
+    gpu = load_profile(profile)
+    out = []
+    for bm, bn, d, warps, per_sm, kind, regs, smem, measured in rows:
+        tiles = STREAM_TILES if kind == "stream" else 0
+        schedule = chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem, tiles, STREAM_STAGES)
+        # (its CTAs all run at once: the launch's time is a CTA's)
+        predicted = simulate(schedule, gpu).runtime_s * gpu.clock_hz / ITERATIONS
+        out.append(((bm, bn, d, warps, per_sm, kind), predicted, measured))
+    return out
+
+
 def step_error_by_occupancy(replayed) -> dict:
     """{(block_m, block_n, D, warps): {CTAs an SM: engine / measured - 1}}, 3
     CTAs an SM taken as the mean of 2 and 4."""
@@ -164,7 +199,11 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", default="h100.measured")
     ap.add_argument("--predictions", help="validate.py's validation_predictions_<profile>.csv: correlate with fa2's errors")
     ap.add_argument("--min-seqlen", type=int, default=4096)
+    ap.add_argument("--stream", action="store_true",
+                    help="the dot_chain_stream rows instead: what streaming B and V adds to a step, GPU and engine")
     a = ap.parse_args(argv)
+    if a.stream:
+        return print_stream(a.profile)
     if a.predictions and not os.path.exists(a.predictions):
         print(f"step_errors: no predictions file {a.predictions}", file=sys.stderr)
         return 2
@@ -189,6 +228,24 @@ def main(argv=None) -> int:
             return 2
         print(f"fa2 rows at N >= {a.min_seqlen}: {len(pairs)}; correlation of their errors with their step "
               f"shape's: {correlation(pairs):+.2f}")
+    return 0
+
+
+def print_stream(profile: str) -> int:
+    from algorithms.errors import GpusimError
+
+    try:
+        replayed = {key: (predicted, measured) for key, predicted, measured in replay_stream(stream_rows(), profile)}
+    except (GpusimError, OSError) as e:
+        print(f"step_errors: {e}", file=sys.stderr)
+        return 2
+    print("shape, CTAs an SM: cycles a step held -> streamed (added), GPU | engine")
+    for (bm, bn, d, warps, per_sm, kind), (predicted, measured) in sorted(replayed.items()):
+        other = replayed.get((bm, bn, d, warps, per_sm, "held"))
+        if kind != "stream" or other is None:
+            continue
+        print(f"  {bm}x{bn}x{d} w{warps} x{per_sm}: GPU {other[1]:.0f} -> {measured:.0f} ({measured - other[1]:+.0f}) | "
+              f"engine {other[0]:.0f} -> {predicted:.0f} ({predicted - other[0]:+.0f})")
     return 0
 
 

@@ -52,12 +52,12 @@ def chain_rows(bench: str = "dot_chain", path: str = CSV) -> list[tuple]:
     return out
 
 
-def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: int = 1):
+def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: int = 1, spread: int = 0):
     """The dot_chain kernel as fa2 runs its compute: one role per warpgroup,
     each its share of the rows (all of them, where 8 warps share 64 rows),
     meeting at a barrier every step. tiles: B and V streamed as fa2 streams
     K and V (cp.async, `stages` stages, each role copying its part), step i
-    reading tile i % tiles of each, every CTA the same ones (dot_chain_stream)."""
+    of CTA c reading tile (i + spread x c) % tiles of each (dot_chain_stream)."""
     from algorithms.fa2 import step_ops, warpgroup_replicas
     from algorithms.ops import Load, MmaWait, Tile
     from algorithms.problem import AttentionProblem, TileConfig
@@ -77,13 +77,14 @@ def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: i
     streamed = [[[Load(Tile(name, 0, 0, j, k), part) for name in ("B", "V")] for j in range(tiles)]
                 for k in range(roles)]
 
-    def loads(k):
-        return (lambda i: streamed[k][i % tiles]) if tiles else (lambda i: [])
+    def loads(k, cta):
+        first = spread * cta
+        return (lambda i: streamed[k][(i + first) % tiles]) if tiles else (lambda i: [])
 
     def program(cta):
         return CtaProgram(tuple(
-            Role(f"warpgroup{k}", 4, (*pipelined_loop("chain", ITERATIONS, loads(k), compute, stages if tiles else 1,
-                                                      lambda i: 0, role=k, roles=roles),
+            Role(f"warpgroup{k}", 4, (*pipelined_loop("chain", ITERATIONS, loads(k, cta), compute,
+                                                      stages if tiles else 1, lambda i: 0, role=k, roles=roles),
                                       MmaWait(0)))      # the last P V, as fa2's epilogue waits
             for k in range(roles)))
 
@@ -110,13 +111,14 @@ def replay(rows, profile: str = "h100.measured") -> list[tuple]:
 
 def stream_rows(path: str = CSV) -> list[tuple]:
     """(block_m, block_n, D, warps, CTAs an SM, 'held' or 'stream', registers,
-    SMEM, measured cycles a step: a CTA's own clock64) of each dot_chain_stream row."""
+    SMEM, measured cycles a step: a CTA's own clock64) of each dot_chain_stream row
+    (kinds: compute_benches.STREAM_VARIANTS)."""
     out = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
             if r["bench"] != "dot_chain_stream":
                 continue
-            m = re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)_(held|stream)", r["param"])
+            m = re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)_(\w+)", r["param"])
             bm, bn, d, warps, per_sm = map(int, m.groups()[:5])
             regs = int(re.search(r"(\d+) registers a thread", r["detail"]).group(1))
             smem = int(re.search(r"smem (\d+) B", r["detail"]).group(1))
@@ -130,12 +132,13 @@ def replay_stream(rows, profile: str = "h100.measured") -> list[tuple]:
     from gpusim.engine import simulate
     from gpusim.profile import load_profile
 
-    from experiments.calibration.compute_benches import STREAM_STAGES, STREAM_TILES
+    from experiments.calibration.compute_benches import STREAM_VARIANTS
+    variants = {kind: (tiles, spread, stages) for kind, tiles, spread, stages in STREAM_VARIANTS}
     gpu = load_profile(profile)
     out = []
     for bm, bn, d, warps, per_sm, kind, regs, smem, measured in rows:
-        tiles = STREAM_TILES if kind == "stream" else 0
-        schedule = chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem, tiles, STREAM_STAGES)
+        tiles, spread, stages = variants[kind]
+        schedule = chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem, tiles, stages, spread)
         # (its CTAs all run at once: the launch's time is a CTA's)
         predicted = simulate(schedule, gpu).runtime_s * gpu.clock_hz / ITERATIONS
         out.append(((bm, bn, d, warps, per_sm, kind), predicted, measured))
@@ -239,13 +242,13 @@ def print_stream(profile: str) -> int:
     except (GpusimError, OSError) as e:
         print(f"step_errors: {e}", file=sys.stderr)
         return 2
-    print("shape, CTAs an SM: cycles a step held -> streamed (added), GPU | engine")
+    print("shape, CTAs an SM, how B and V come: cycles a step held -> streamed (added), GPU | engine")
     for (bm, bn, d, warps, per_sm, kind), (predicted, measured) in sorted(replayed.items()):
         other = replayed.get((bm, bn, d, warps, per_sm, "held"))
-        if kind != "stream" or other is None:
+        if kind == "held" or other is None:
             continue
-        print(f"  {bm}x{bn}x{d} w{warps} x{per_sm}: GPU {other[1]:.0f} -> {measured:.0f} ({measured - other[1]:+.0f}) | "
-              f"engine {other[0]:.0f} -> {predicted:.0f} ({predicted - other[0]:+.0f})")
+        print(f"  {bm}x{bn}x{d} w{warps} x{per_sm} {kind:9s}: GPU {other[1]:.0f} -> {measured:.0f} "
+              f"({measured - other[1]:+.0f}) | engine {other[0]:.0f} -> {predicted:.0f} ({predicted - other[0]:+.0f})")
     return 0
 
 

@@ -15,7 +15,8 @@ from experiments.step_errors import replay_stream, stream_rows  # noqa: E402
 
 
 def _added(pairs) -> dict:
-    """{(shape, CTAs an SM): cycles a step the stream adds to the held loop}."""
+    """{(shape, CTAs an SM): cycles a step the in-step stream at three stages
+    adds to the held loop}."""
     pairs = list(pairs)
     held = {key[:5]: value for key, value in pairs if key[5] == "held"}
     return {key[:5]: value - held[key[:5]] for key, value in pairs if key[5] == "stream"}

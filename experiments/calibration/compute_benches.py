@@ -303,6 +303,12 @@ def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain"):
 STREAM_CHAINS = ((128, 64, 128, 8), (128, 128, 128, 8), (64, 64, 128, 4), (64, 128, 128, 4))
 STREAM_TILES = 8        # B and V tiles every CTA cycles through in step: 0.5-2 MB, L2-resident
 STREAM_STAGES = 3       # as fa2's best configs
+# (kind, tiles, CTA c's first tile / c, stages): held; streamed in step at 3
+# stages (the replayed rows), at 2 and 4; each CTA on its own tiles, 13 apart
+# in a 512-tile set (16-32 MB, L2-resident), at 3
+STREAM_VARIANTS = (("held", 0, 0, 1), ("stream", STREAM_TILES, 0, STREAM_STAGES),
+                   ("stream_s2", STREAM_TILES, 0, 2), ("stream_s4", STREAM_TILES, 0, 4),
+                   ("distinct", 512, 13, STREAM_STAGES))
 
 
 def bench_dot_chain_stream(r: Runner, K):
@@ -315,18 +321,19 @@ def bench_dot_chain_stream(r: Runner, K):
     torch = r.torch
     for bm, bn, d, warps in STREAM_CHAINS:
         a = (torch.randn(bm, d, device="cuda") * 0.1).to(torch.bfloat16)
-        b = (torch.randn(STREAM_TILES * d, bn, device="cuda") * 0.1).to(torch.bfloat16)
-        v = (torch.randn(STREAM_TILES * bn, d, device="cuda") * 0.1).to(torch.bfloat16)
+        most = max(tiles for _, tiles, _, _ in STREAM_VARIANTS)
+        b = (torch.randn(most * d, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        v = (torch.randn(most * bn, d, device="cuda") * 0.1).to(torch.bfloat16)
         iters = 2048 if not r.args.quick else 256
         for per_sm in (1, 2):
             grid = r.sms * per_sm
             c = torch.empty(grid, device="cuda", dtype=torch.float32)
             clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
-            for kind, tiles, stages in (("held", 0, 1), ("stream", STREAM_TILES, STREAM_STAGES)):
+            for kind, tiles, spread, stages in STREAM_VARIANTS:
 
                 def fn():
                     return K["dot_chain"][(grid,)](a, b, v, c, iters, clk, clk, 0, BM=bm, BN=bn, BK=d, D=d,
-                                                   CLOCKED=True, TILES=tiles, num_warps=warps,
+                                                   CLOCKED=True, TILES=tiles, SPREAD=spread, num_warps=warps,
                                                    num_stages=stages)
 
                 compiled = fn()
@@ -340,7 +347,7 @@ def bench_dot_chain_stream(r: Runner, K):
                 kmhz, cta_cycles = stamped_clock(clk)
                 r.add("dot_chain_stream", f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_{kind}", cta_cycles / iters,
                       "clk/iter", s.mhz, kmhz,
-                      detail=f"dot_chain, B and V {'held on chip' if not tiles else f'streamed: {tiles} tiles every CTA reads in step, {stages} stages'}; "
+                      detail=f"dot_chain, B and V {'held on chip' if not tiles else f'streamed: {tiles} tiles, CTA c from tile {spread} x c, {stages} stages'}; "
                              f"{grid} CTAs ({per_sm} an SM; {regs} registers a thread), "
                              f"smem {compiled.metadata.shared} B, {iters} iters, {ms:.3f} ms; a CTA's clock64 "
                              f"from its start to its end over its iterations (median CTA)")

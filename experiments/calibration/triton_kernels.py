@@ -317,7 +317,7 @@ def triton_kernels():
     @triton.jit
     def dot_chain(A, B, V, C, iters, CLK, STAMPS, first, BM: tl.constexpr, BN: tl.constexpr,
                   BK: tl.constexpr, D: tl.constexpr, CLOCKED: tl.constexpr = False,
-                  PHASE_STEPS: tl.constexpr = 0, TILES: tl.constexpr = 0):
+                  PHASE_STEPS: tl.constexpr = 0, TILES: tl.constexpr = 0, SPREAD: tl.constexpr = 0):
         # A dependent chain per iteration, operands on chip: S = A·B (SMEM
         # operands), an exp2 and a row max on S, then acc += P·V with P from
         # registers -- the shape of a flash-attention step without its loads.
@@ -331,9 +331,10 @@ def triton_kernels():
         # S products, issued together after the step's CTA barrier (BAR.SYNC
         # heads the loop): whole products in order, one lands a product's
         # time after the other; instructions interleaved, both together.
-        # TILES: B and V streamed instead, step i reading tile i % TILES of
-        # each (every CTA the same one at once, as a head's CTAs read its K/V),
-        # copied into SMEM ahead by Triton's pipeliner (cp.async, num_stages).
+        # TILES: B and V streamed instead, step i of CTA c reading tile
+        # (i + SPREAD x c) % TILES of each (SPREAD 0: every CTA the same one at
+        # once, as a head's CTAs read its K/V), copied into SMEM ahead by
+        # Triton's pipeliner (cp.async, num_stages).
         pid = tl.program_id(0)
         if CLOCKED:
             clock_stamp(CLK, 0, pid)
@@ -344,8 +345,9 @@ def triton_kernels():
         m = tl.zeros([BM], tl.float32)
         for i in range(iters):
             if TILES:
-                b = tile(B + (i % TILES) * BK * BN, BK, BN)
-                v = tile(V + (i % TILES) * BN * D, BN, D)
+                j = (i + SPREAD * pid) % TILES
+                b = tile(B + j * BK * BN, BK, BN)
+                v = tile(V + j * BN * D, BN, D)
             s = tl.dot(a, b)
             m = tl.maximum(m, tl.max(s, 1))
             if PHASE_STEPS:

@@ -110,9 +110,9 @@ def replay(rows, profile: str = "h100.measured") -> list[tuple]:
 
 
 def stream_rows(path: str = CSV) -> list[tuple]:
-    """(block_m, block_n, D, warps, CTAs an SM, 'held' or 'stream', registers,
-    SMEM, measured cycles a step: a CTA's own clock64) of each dot_chain_stream row
-    (kinds: compute_benches.STREAM_VARIANTS)."""
+    """(block_m, block_n, D, warps, CTAs an SM, how B and V come (a kind of
+    compute_benches.STREAM_VARIANTS), registers, SMEM, measured cycles a step:
+    a CTA's own clock64) of each dot_chain_stream row."""
     out = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):

@@ -314,10 +314,11 @@ STREAM_VARIANTS = (("held", 0, 0, 1), ("stream", STREAM_TILES, 0, STREAM_STAGES)
 def bench_dot_chain_stream(r: Runner, K):
     """What do a flash step's K/V loads add to its chain? dot_chain with B
     and V held on chip ('held', one stage, as dot_chain) and streamed from L2
-    every step by cp.async (STREAM_STAGES stages, every CTA the same tile at
-    once), one and two CTAs an SM where two fit: rows dot_chain_stream, a
-    CTA's own clock64 cycles an iteration (median CTA). The engine replays
-    the same loop (experiments/step_errors.py --stream)."""
+    every step by cp.async (STREAM_VARIANTS: in step at 2, 3 and 4 stages,
+    each CTA on its own tiles at 3), one and two CTAs an SM where they fit:
+    rows dot_chain_stream, a CTA's own clock64 cycles an iteration (median
+    CTA). The engine replays the same loops (experiments/step_errors.py
+    --stream; tests/test_dot_chain_stream.py)."""
     from triton.runtime.errors import OutOfResources
 
     torch = r.torch

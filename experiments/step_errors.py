@@ -14,7 +14,7 @@ config errors of fa2 are not its step chain's (validation_notes.md, session 33).
 
     PYTHONPATH=. python experiments/step_errors.py [--profile h100.measured]
         [--predictions experiments/results/validation_predictions_h100_measured.csv]
-    PYTHONPATH=. python experiments/step_errors.py --stream    # calibrate.py's dot_chain_stream rows
+    PYTHONPATH=. python experiments/step_errors.py --stream [--sass]    # calibrate.py's dot_chain_stream rows
 """
 from __future__ import annotations
 
@@ -204,9 +204,12 @@ def main(argv=None) -> int:
     ap.add_argument("--min-seqlen", type=int, default=4096)
     ap.add_argument("--stream", action="store_true",
                     help="the dot_chain_stream rows instead: what streaming B and V adds to a step, GPU and engine")
+    ap.add_argument("--sass", action="store_true",
+                    help="with --stream: also what streaming adds to a warp's trip of the loop in the sm_90 SASS "
+                         "(cross-compiled here: a minute)")
     a = ap.parse_args(argv)
     if a.stream:
-        return print_stream(a.profile)
+        return print_stream(a.profile, a.sass)
     if a.predictions and not os.path.exists(a.predictions):
         print(f"step_errors: no predictions file {a.predictions}", file=sys.stderr)
         return 2
@@ -234,7 +237,23 @@ def main(argv=None) -> int:
     return 0
 
 
-def print_stream(profile: str) -> int:
+def stream_loop_parts(bm: int, bn: int, d: int, warps: int, tiles: int, stages: int) -> dict:
+    """A warp's issue slots, ptxas's stall clocks and MUFUs a trip of the
+    dot_chain_stream loop (kernels/sass.py tensor_loop_parts), cross-compiled
+    for sm_90 here."""
+    from experiments.calibration.cross_compile import compile_sm90
+    from experiments.calibration.triton_kernels import triton_kernels
+    from kernels import sass
+
+    sig = {"A": "*bf16", "B": "*bf16", "V": "*bf16", "C": "*fp32", "iters": "i32", "CLK": "*i64", "STAMPS": "*i64",
+           "first": "i32", **{k: "constexpr" for k in ("BM", "BN", "BK", "D", "CLOCKED", "PHASE_STEPS", "TILES",
+                                                      "SPREAD")}}
+    consts = {"BM": bm, "BN": bn, "BK": d, "D": d, "CLOCKED": True, "PHASE_STEPS": 0, "TILES": tiles, "SPREAD": 0}
+    compiled = compile_sm90(triton_kernels()["dot_chain"], sig, consts, warps=warps, stages=stages)
+    return sass.tensor_loop_parts(sass.cuobjdump(compiled, "-sass"))[0]
+
+
+def print_stream(profile: str, with_sass: bool = False) -> int:
     from algorithms.errors import GpusimError
 
     try:
@@ -249,6 +268,15 @@ def print_stream(profile: str) -> int:
             continue
         print(f"  {bm}x{bn}x{d} w{warps} x{per_sm} {kind:9s}: GPU {other[1]:.0f} -> {measured:.0f} "
               f"({measured - other[1]:+.0f}) | engine {other[0]:.0f} -> {predicted:.0f} ({predicted - other[0]:+.0f})")
+    if with_sass:
+        from experiments.calibration.compute_benches import STREAM_STAGES, STREAM_TILES
+        print("a warp's trip of the loop, held -> streamed (sm_90 SASS): issue slots, ptxas's stall clocks")
+        for bm, bn, d, warps in sorted({key[:4] for key in replayed}):
+            held = stream_loop_parts(bm, bn, d, warps, 0, 1)
+            streamed = stream_loop_parts(bm, bn, d, warps, STREAM_TILES, STREAM_STAGES)
+            print(f"  {bm}x{bn}x{d} w{warps}: issue {held['issue']} -> {streamed['issue']} "
+                  f"({streamed['issue'] - held['issue']:+d}), stall clocks {held['stall_clocks']} -> "
+                  f"{streamed['stall_clocks']} ({streamed['stall_clocks'] - held['stall_clocks']:+d})")
     return 0
 
 

@@ -237,22 +237,6 @@ def main(argv=None) -> int:
     return 0
 
 
-def stream_loop_parts(bm: int, bn: int, d: int, warps: int, tiles: int, stages: int) -> dict:
-    """A warp's issue slots, ptxas's stall clocks and MUFUs a trip of the
-    dot_chain_stream loop (kernels/sass.py tensor_loop_parts), cross-compiled
-    for sm_90 here."""
-    from experiments.calibration.cross_compile import compile_sm90
-    from experiments.calibration.triton_kernels import triton_kernels
-    from kernels import sass
-
-    sig = {"A": "*bf16", "B": "*bf16", "V": "*bf16", "C": "*fp32", "iters": "i32", "CLK": "*i64", "STAMPS": "*i64",
-           "first": "i32", **{k: "constexpr" for k in ("BM", "BN", "BK", "D", "CLOCKED", "PHASE_STEPS", "TILES",
-                                                      "SPREAD")}}
-    consts = {"BM": bm, "BN": bn, "BK": d, "D": d, "CLOCKED": True, "PHASE_STEPS": 0, "TILES": tiles, "SPREAD": 0}
-    compiled = compile_sm90(triton_kernels()["dot_chain"], sig, consts, warps=warps, stages=stages)
-    return sass.tensor_loop_parts(sass.cuobjdump(compiled, "-sass"))[0]
-
-
 def print_stream(profile: str, with_sass: bool = False) -> int:
     from algorithms.errors import GpusimError
 
@@ -270,10 +254,11 @@ def print_stream(profile: str, with_sass: bool = False) -> int:
               f"({measured - other[1]:+.0f}) | engine {other[0]:.0f} -> {predicted:.0f} ({predicted - other[0]:+.0f})")
     if with_sass:
         from experiments.calibration.compute_benches import STREAM_STAGES, STREAM_TILES
+        from experiments.calibration.cross_compile import compile_dot_chain_loop
         print("a warp's trip of the loop, held -> streamed (sm_90 SASS): issue slots, ptxas's stall clocks")
         for bm, bn, d, warps in sorted({key[:4] for key in replayed}):
-            held = stream_loop_parts(bm, bn, d, warps, 0, 1)
-            streamed = stream_loop_parts(bm, bn, d, warps, STREAM_TILES, STREAM_STAGES)
+            held = compile_dot_chain_loop(bm, bn, d, warps)
+            streamed = compile_dot_chain_loop(bm, bn, d, warps, STREAM_TILES, STREAM_STAGES)
             print(f"  {bm}x{bn}x{d} w{warps}: issue {held['issue']} -> {streamed['issue']} "
                   f"({streamed['issue'] - held['issue']:+d}), stall clocks {held['stall_clocks']} -> "
                   f"{streamed['stall_clocks']} ({streamed['stall_clocks'] - held['stall_clocks']:+d})")

@@ -91,22 +91,26 @@ def cmd_check(args) -> int:
 DOT_CHAIN_LOOPS = os.path.join(ROOT, "experiments", "results", "dot_chain_loops_sm90.csv")
 
 
-def compile_dot_chain(bm: int, bn: int, d: int, warps: int):
-    """The dot_chain kernel cross-compiled for sm_90 here, as bench_dot_chain launches it."""
+def compile_dot_chain(bm: int, bn: int, d: int, warps: int, tiles: int = 0, stages: int = 1):
+    """The dot_chain kernel cross-compiled for sm_90 here, as bench_dot_chain
+    launches it (tiles, stages: B and V streamed, as bench_dot_chain_stream's
+    in-step variants launch it)."""
     sig = {"A": "*bf16", "B": "*bf16", "V": "*bf16", "C": "*fp32", "iters": "i32", "CLK": "*i64",
            "STAMPS": "*i64", "first": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
-           "D": "constexpr", "CLOCKED": "constexpr", "PHASE_STEPS": "constexpr"}
+           "D": "constexpr", "CLOCKED": "constexpr", "PHASE_STEPS": "constexpr", "TILES": "constexpr",
+           "SPREAD": "constexpr"}
     return compile_sm90(triton_kernels()["dot_chain"], sig,
-                        dict(BM=bm, BN=bn, BK=d, D=d, CLOCKED=True, PHASE_STEPS=0), warps=warps, stages=1)
+                        dict(BM=bm, BN=bn, BK=d, D=d, CLOCKED=True, PHASE_STEPS=0, TILES=tiles, SPREAD=0), warps=warps,
+                        stages=stages)
 
 
-def compile_dot_chain_loop(bm: int, bn: int, d: int, warps: int) -> dict:
+def compile_dot_chain_loop(bm: int, bn: int, d: int, warps: int, tiles: int = 0, stages: int = 1) -> dict:
     """The dot_chain kernel's loop as ptxas compiles it for sm_90
     (compile_dot_chain): per warp and trip, the instructions it issues
     besides its wgmma ('issue'), of which MUFU ('mufu'), and the stall
     clocks ptxas scheduled ('stall_clocks'); kernels/sass.py."""
     from kernels import sass
-    parts = sass.tensor_loop_parts(sass.cuobjdump(compile_dot_chain(bm, bn, d, warps), "-sass"))
+    parts = sass.tensor_loop_parts(sass.cuobjdump(compile_dot_chain(bm, bn, d, warps, tiles, stages), "-sass"))
     if not parts:
         raise RuntimeError(f"dot_chain {bm}x{bn}x{d} w{warps}: no tensor loop in its sm_90 SASS")
     return parts[0]

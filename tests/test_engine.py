@@ -191,8 +191,8 @@ def test_fast_path_agrees_with_full_simulation(algo, problem, config):
     +31.8% (fa3) from HBM while ghost CTAs entered L2 as anonymous bytes,
     hiding the K/V tiles they fetched from their heads' real CTAs.) Where
     the fast path is known to deviate more (standard's short GEMM CTAs, FA1)
-    the README's engine notes say so; experiments/fast_vs_full.py measures
-    larger shapes."""
+    docs/history.md's fast-path notes say so; experiments/fast_vs_full.py
+    measures larger shapes."""
     schedule = algorithms.build(algo, problem, config)
     fast, full = simulate(schedule, H100, fast=True), simulate(schedule, H100, fast=False)
     assert abs(fast.runtime_s / full.runtime_s - 1) <= 0.01

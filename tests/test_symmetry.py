@@ -84,8 +84,9 @@ def test_lone_ctas_on_half_the_gpu_are_the_whole_exactly(algo, problem):
 # head, one CTA an SM, 15.5 waves.
 @pytest.mark.parametrize("algo, problem, tolerance", [
     ("fa2", AttentionProblem(batch=1, heads=16, seqlen_q=16384, head_dim=128, causal=True), 0.01),
-    # FA3's causal fast path is +3.2% off on the whole GPU (README); on two
-    # parts +1.7% off the part's full simulation, which is -0.2% off the whole's
+    # FA3's causal fast path is +3.2% off on the whole GPU (validation_notes.md,
+    # session 24); on two parts +1.7% off the part's full simulation, which is
+    # -0.2% off the whole's
     ("fa3", AttentionProblem(batch=1, heads=16, seqlen_q=16384, head_dim=128, causal=True), 0.02),
 ])
 def test_half_the_gpu_follows_the_whole(algo, problem, tolerance):

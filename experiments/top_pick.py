@@ -44,10 +44,13 @@ REQUIRED = ("algo", "head_dim", "seqlen", "causal", "block_m", "block_n", "num_w
 TIME_COLUMNS = ("median_ms", "ms")  # the first present holds the median time in ms
 TOKENS, HIDDEN = 16384, 2048
 BAR_PCT = 5.0
+# Autotuning only the model's k fastest configs (gpusim.triton's prune hook,
+# top_k): the loss of the fastest measured among them, for each k
+SHORTLISTS = (3, 5, 8)
 FIELDS = ("seqlen", "head_dim", "causal", "batch", "heads", "dtype", "n_measured", "n_predicted",
           "pick", "pick_predicted_us", "pick_measured_ms", "pick_was_measured", "best", "best_ms",
           "loss_pct", "within_bar", "pick_measured_rank", "best_predicted_rank", "spearman",
-          "pick_bottleneck")
+          "pick_bottleneck") + tuple(f"top{k}_loss_pct" for k in SHORTLISTS)
 
 
 def _truthy(v: str) -> bool:
@@ -237,6 +240,8 @@ def analyse(measured: dict, gpu: str = "h100", jobs=None, executor="process", pr
                    spearman=spearman([pred[c][0] for c in common], [meas[c] for c in common]),
                    pick_bottleneck=pred[stand_in][1])
         row["within_bar"] = row["loss_pct"] <= BAR_PCT
+        for k in SHORTLISTS:
+            row[f"top{k}_loss_pct"] = (min(meas[c] for c in measured_picks[:k]) / meas[best] - 1) * 100
         out.append(row)
     return out
 
@@ -281,8 +286,25 @@ def markdown(rows, source: str, gpu: str, predictions: str | None = None, args: 
         lines += [f"**{within} of {len(done)} shapes within {BAR_PCT:.0f}%**; loss mean "
                   f"{statistics.fmean(losses):.1f}%, median {statistics.median(losses):.1f}%, "
                   f"max {max(losses):.1f}%.", ""]
-    lines.append(markdown_table(header, body))
+    lines.append(markdown_table(header, body).rstrip("\n"))
+    if done:
+        lines += ["", shortlist_table(done)]
     return "\n".join(lines)
+
+
+def shortlist_table(rows) -> str:
+    """How autotuning only the model's k fastest configs would fare (gpusim.triton's
+    prune hook with top_k = k): the fastest measured among them against the best."""
+    from gpusim.artifacts import markdown_table
+
+    body = []
+    for k, key in [(1, "loss_pct")] + [(k, f"top{k}_loss_pct") for k in SHORTLISTS]:
+        losses = [r[key] for r in rows]
+        body.append([k, f"{sum(x <= BAR_PCT for x in losses)} of {len(losses)}",
+                     f"{statistics.fmean(losses):.1f}%", f"{max(losses):.1f}%"])
+    return ("Autotuning only the model's k fastest configs (`gpusim.triton.prune_configs_by(top_k=k)`): "
+            "the fastest measured among them against the shape's best.\n\n"
+            + markdown_table(["k", f"shapes within {BAR_PCT:.0f}%", "loss mean", "loss max"], body))
 
 
 def main(argv=None) -> int:
@@ -312,7 +334,9 @@ def main(argv=None) -> int:
             raise ResultsFileError("no measured shape left after --seqlens/--head-dims/--causal")
         predicted = predictions_from_json(measured, a.predictions) if a.predictions else None
         rows = analyse(measured, a.gpu, a.jobs, progress=not a.no_progress, predicted=predicted)
-        name = Path(a.gpu).stem
+        # a profile's name or .toml path, dots made underscores as validate.py's
+        # files have them (Path.stem took h100.measured for h100)
+        name = Path(a.gpu).name.removesuffix(".toml").replace(".", "_")
         md = markdown(rows, _shown(a.measured), name, a.predictions,
                       " ".join(argv if argv is not None else sys.argv[1:]))
         write_csv(Path(a.out) / f"top_pick_{name}.csv", rows, FIELDS)

@@ -162,3 +162,32 @@ def test_live_analysis_bad_input_exits_2(tmp_path, capsys):
     bad.write_text("seqlen,head_dim,causal,pick,best\n512,64,0,64x64-w4,64x64 w4 s3\n")
     assert main(["plan", "--picks", str(bad)]) == 2
     assert "is not like" in capsys.readouterr().err
+
+
+def test_shortlist_losses_follow_the_predicted_order():
+    """top{k}_loss_pct: the fastest measured config among the k fastest predicted,
+    against the best; here the best is the model's fourth."""
+    shape = (1024, 64, False, 16, 32, "bf16")
+    configs = top_pick.grid_configs()[:6]
+    measured = {shape: dict(zip(configs, (2.0, 1.6, 1.8, 1.0, 1.2, 3.0)))}
+    predicted = {shape: {c: (float(i), "tensor_cores") for i, c in enumerate(configs)}}
+    row = top_pick.analyse(measured, predicted=predicted, progress=False)[0]
+    assert row["loss_pct"] == 100.0
+    assert abs(row["top3_loss_pct"] - 60.0) < 1e-9
+    assert row["top5_loss_pct"] == 0.0 and row["top8_loss_pct"] == 0.0
+    table = top_pick.shortlist_table([row])
+    assert "| 3 | 0 of 1 | 60.0% | 60.0% |" in table and "| 5 | 1 of 1 | 0.0% | 0.0% |" in table
+
+
+def test_report_named_after_the_profile(tmp_path):
+    """--gpu h100.measured writes top_pick_h100_measured.*, not over h100's report."""
+    times = {SHAPES[0]: {c: 1.0 + i for i, c in enumerate(top_pick.grid_configs())}}
+    _write(tmp_path / "m.csv", _rows(times))
+    preds = [{"key": "|".join(str(x) for x in ("fa2", "bf16", 1, 2, 256, 64, 0, *c)),
+              "runtime_us": 1.0 + i, "bottleneck": "tensor_cores"}
+             for i, c in enumerate(top_pick.grid_configs())]
+    _write(tmp_path / "p.csv", preds)
+    assert top_pick.main(["--measured", str(tmp_path / "m.csv"), "--out", str(tmp_path),
+                          "--predictions", str(tmp_path / "p.csv"), "--gpu", "h100.measured"]) == 0
+    assert (tmp_path / "top_pick_h100_measured.md").is_file()
+    assert not (tmp_path / "top_pick_h100.md").exists()

@@ -5,8 +5,8 @@ heads = 2048 / D, bf16, forward):
   * full:   triton.autotune over the whole grid (block_m ∈ {64,128} × block_n ∈
             {32,64,128} × warps ∈ {4,8} × stages ∈ {2,3,4}, 36 configs);
   * pruned: the same autotune with prune_configs_by=gpusim.triton.prune_configs_by(
-            top_k=3): only the 3 configs the simulator ranks fastest are compiled
-            and benchmarked.
+            top_k=k): only the k configs the simulator ranks fastest are compiled
+            and benchmarked, for each k of --top-k (default 3 and 8).
 For each: the wall time of the first call (autotune = compile + benchmark every
 surviving config + run), the config Triton picked, and that config's speed
 (triton.testing.do_bench, median, L2 flushed by do_bench between runs).
@@ -57,7 +57,7 @@ SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 RUN_SEQLENS = (4096,)
 HEAD_DIMS = (64, 128)
 TOKENS, HIDDEN = 16384, 2048
-COLUMNS = ["seqlen", "head_dim", "causal", "batch", "heads", "dtype", "mode", "configs_total",
+COLUMNS = ["seqlen", "head_dim", "causal", "batch", "heads", "dtype", "mode", "top_k", "configs_total",
            "configs_benchmarked", "autotune_s", "bench_s", "block_m", "block_n", "num_warps",
            "num_stages", "median_ms", "tflops", "max_abs_err_vs_sdpa", "predicted_rank_of_choice",
            "status", "gpu", "sm_clock_mhz", "driver", "torch", "triton", "git_commit", "date",
@@ -79,8 +79,24 @@ def grid_tile_configs():
             for s in GRID["stages"]]
 
 
-def _ints(text):
-    return [int(x) for x in str(text).split(",") if x.strip()]
+def _ints(text, allowed=None):
+    """A comma-separated list of positive integers (--seqlens, --top-k, ...), or
+    of the `allowed` values (--causal: 0, 1)."""
+    try:
+        values = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        values = []
+    ok = bool(values) and all(v in allowed if allowed else v >= 1 for v in values)
+    if not ok:
+        what = " or ".join(map(str, allowed)) if allowed else "positive integers"
+        raise GpusimError(f"expected a comma-separated list of {what}, got {text!r}")
+    return values
+
+
+def _shown(path) -> str:
+    """A path as a report names it: from the checkout's root where it lies inside."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
 
 
 # ---------------------------------------------------------------------------
@@ -90,7 +106,7 @@ def cmd_precompute(a) -> int:
     from gpusim.triton import write_predictions
 
     problems = [shape(n, d, bool(c)) for n in _ints(a.seqlens) for d in _ints(a.head_dims)
-                for c in _ints(a.causal)]
+                for c in _ints(a.causal, (0, 1))]
     data = write_predictions(a.predictions, problems, grid_tile_configs(), gpu=a.gpu, algo="fa2",
                              jobs=a.jobs, progress=not a.no_progress, simulate=not a.no_sim,
                              meta={"git_commit": git_commit(), "command": "PYTHONPATH=. python "
@@ -211,35 +227,52 @@ def run_one(seqlen, head_dim, causal, mode, top_k, predictions, timeout_s) -> di
     return out
 
 
-def markdown(rows, prov) -> str:
+def _pick(r) -> str:
+    return f"{r['block_m']}x{r['block_n']} w{r['num_warps']} s{r['num_stages']}"
+
+
+def markdown(rows, prov, predictions: str = "") -> str:
+    """One line per shape and k: full autotune against the autotune of the
+    simulator's k fastest configs; then, per k, the mean time saved and how
+    often the pruned pick ran within 5% of full autotune's."""
     from gpusim.artifacts import markdown_table
 
-    by = {}
+    full, pruned = {}, {}
     for r in rows:
-        by.setdefault((r["seqlen"], r["head_dim"], r["causal"]), {})[r["mode"]] = r
-    body = []
-    for (n, d, c), m in sorted(by.items()):
-        f, p = m.get("full", {}), m.get("pruned", {})
+        shape = (r["seqlen"], r["head_dim"], r["causal"])
+        if r["mode"] == "full":
+            full[shape] = r
+        else:
+            pruned[(shape, int(r["top_k"]))] = r
+    body, by_k = [], {}
+    for (shape, k), p in sorted(pruned.items()):
+        f = full.get(shape, {})
         if f.get("status") != "ok" or p.get("status") != "ok":
-            body.append([n, d, c, f.get("status", "-"), p.get("status", "-"), "", "", "", "", "", ""])
+            body.append([*shape, k, f.get("status", "-"), p.get("status", "-"), "", "", "", "", "", ""])
             continue
         loss = (p["median_ms"] / f["median_ms"] - 1) * 100
-        body.append([n, d, c, f"{f['autotune_s']:.1f}", f"{p['autotune_s']:.1f}",
-                     f"{f['autotune_s'] / p['autotune_s']:.1f}×",
-                     f"{f['block_m']}x{f['block_n']} w{f['num_warps']} s{f['num_stages']}",
-                     f"{f['median_ms']:.3f}",
-                     f"{p['block_m']}x{p['block_n']} w{p['num_warps']} s{p['num_stages']}",
-                     f"{p['median_ms']:.3f}", f"{loss:+.1f}%"])
-    header = ["N", "D", "causal", "full autotune s", "pruned autotune s", "saved",
+        saved = f["autotune_s"] / p["autotune_s"]
+        by_k.setdefault(k, []).append((saved, loss))
+        body.append([*shape, k, f"{f['autotune_s']:.1f}", f"{p['autotune_s']:.1f}", f"{saved:.1f}×",
+                     _pick(f), f"{f['median_ms']:.3f}", _pick(p), f"{p['median_ms']:.3f}",
+                     f"{loss:+.1f}%"])
+    header = ["N", "D", "causal", "k", "full autotune s", "pruned autotune s", "saved",
               "full pick", "full ms", "pruned pick", "pruned ms", "pruned vs full"]
+    summary = [f"- k = {k}: autotune {sum(s for s, _ in v) / len(v):.1f}× faster (mean); the pruned "
+               f"pick within 5% of full autotune's in {sum(x <= 5 for _, x in v)} of {len(v)} shapes, "
+               f"mean {sum(x for _, x in v) / len(v):+.1f}%, worst {max(x for _, x in v):+.1f}%"
+               for k, v in sorted(by_k.items())]
     return ("# Autotune with and without gpusim pruning (fa2, H100)\n\n"
             f"GPU {prov['gpu']}, SM clock {prov['sm_clock_mhz']} MHz, driver {prov['driver']}, "
             f"torch {prov['torch']}, triton {prov['triton']}, commit {prov['git_commit']}, "
             f"{prov['date']}.\n\nCommand: `{prov['command']}`\n\n"
-            f"Search space: {len(grid_tile_configs())} configs (block_m {GRID['block_m']}, block_n "
-            f"{GRID['block_n']}, warps {GRID['warps']}, stages {GRID['stages']}); pruned keeps the "
-            "simulator's top 3. Autotune time = first call with an empty Triton cache (compile + "
-            "benchmark + run). ms = triton.testing.do_bench median of the chosen config.\n\n"
+            + (f"Predictions: {predictions}\n\n" if predictions else "")
+            + f"Search space: {len(grid_tile_configs())} configs (block_m {GRID['block_m']}, block_n "
+            f"{GRID['block_n']}, warps {GRID['warps']}, stages {GRID['stages']}); pruned (k) keeps "
+            "the simulator's k fastest. Autotune time = first call with an empty Triton cache "
+            "(compile + benchmark + run), each in its own process. ms = triton.testing.do_bench "
+            "median of the chosen config, timed in that process.\n\n"
+            + ("\n".join(summary) + "\n\n" if summary else "")
             + markdown_table(header, body))
 
 
@@ -247,6 +280,9 @@ def cmd_run(a) -> int:
     from experiments import gpu_probe
     from gpusim.artifacts import atomic_write_text, write_csv
 
+    for text in (a.seqlens, a.head_dims, a.top_k):
+        _ints(text)      # (bad input answered before the GPU is probed)
+    _ints(a.causal, (0, 1))
     if gpu_probe.start("autotune_prune.py", str(Path(a.out) / "autotune_prune_h100.csv"), None) is None:
         return 2
     if not Path(a.predictions).is_file():
@@ -255,25 +291,29 @@ def cmd_run(a) -> int:
         return 2
     command = "PYTHONPATH=. python experiments/autotune_prune.py " + " ".join(sys.argv[1:])
     prov = provenance(command)
+    with open(a.predictions) as f:
+        meta = json.load(f)
+    about = (f"`{_shown(a.predictions)}` ({meta.get('gpu')}, commit {meta.get('git_commit', '?')}, "
+             f"{meta.get('date', '?')}: `{meta.get('command', '?')}`)")
     rows, timing_rows = [], []
     start = time.time()
     out_csv = Path(a.out) / "autotune_prune_h100.csv"
     for n in _ints(a.seqlens):
         for d in _ints(a.head_dims):
-            for c in _ints(a.causal):
-                for mode in ("full", "pruned"):
+            for c in _ints(a.causal, (0, 1)):
+                for mode, k in [("full", "")] + [("pruned", k) for k in _ints(a.top_k)]:
                     if time.time() - start > a.budget_s:
                         print(f"budget of {a.budget_s} s spent; stopping", file=sys.stderr)
                         break
-                    res = run_one(n, d, c, mode, a.top_k, a.predictions, a.timeout_s)
+                    res = run_one(n, d, c, mode, k or 1, a.predictions, a.timeout_s)
                     p = shape(n, d, bool(c))
                     row = {"seqlen": n, "head_dim": d, "causal": c, "batch": p.batch,
-                           "heads": p.heads, "dtype": p.dtype, "mode": mode, **res, **prov}
+                           "heads": p.heads, "dtype": p.dtype, "mode": mode, "top_k": k, **res, **prov}
                     for t in row.pop("timings", []) or []:
                         timing_rows.append({"seqlen": n, "head_dim": d, "causal": c, "mode": mode,
-                                            **t, **prov})
+                                            "top_k": k, **t, **prov})
                     rows.append(row)
-                    print(f"N={n} D={d} causal={c} {mode}: {res.get('status')} "
+                    print(f"N={n} D={d} causal={c} {mode}{k}: {res.get('status')} "
                           f"autotune {res.get('autotune_s', float('nan')):.1f} s, pick "
                           f"{res.get('block_m')}x{res.get('block_n')} w{res.get('num_warps')} "
                           f"s{res.get('num_stages')} {res.get('median_ms', float('nan')):.3f} ms",
@@ -281,8 +321,8 @@ def cmd_run(a) -> int:
                     # written after every run: a cut-off session keeps what it measured
                     write_csv(out_csv, rows, COLUMNS)
                     write_csv(Path(a.out) / "autotune_prune_timings_h100.csv", timing_rows)
-                    atomic_write_text(Path(a.out) / "autotune_prune_h100.md", markdown(rows, prov))
-    print(markdown(rows, prov))
+                    atomic_write_text(Path(a.out) / "autotune_prune_h100.md", markdown(rows, prov, about))
+    print(markdown(rows, prov, about))
     return 0
 
 
@@ -303,7 +343,8 @@ def main(argv=None) -> int:
     p.add_argument("--seqlens", default=",".join(map(str, RUN_SEQLENS)))
     p.add_argument("--head-dims", default=",".join(map(str, HEAD_DIMS)))
     p.add_argument("--causal", default="0,1")
-    p.add_argument("--top-k", type=int, default=3)
+    p.add_argument("--top-k", default="3,8",
+                   help="comma-separated k: one pruned autotune keeping the simulator's k fastest, each")
     p.add_argument("--predictions", default=str(PREDICTIONS))
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--budget-s", type=float, default=480, help="start no new run after this")

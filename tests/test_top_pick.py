@@ -83,11 +83,25 @@ def test_autotune_prune_report_from_synthetic_results():
             "git_commit": "abc", "date": "today", "command": "x"}
     common = {"seqlen": 4096, "head_dim": 128, "causal": 0, "status": "ok", "block_n": 64,
               "num_warps": 8, "num_stages": 3}
-    rows = [{**common, "mode": "full", "autotune_s": 60.0, "median_ms": 1.0, "block_m": 128},
-            {**common, "mode": "pruned", "autotune_s": 6.0, "median_ms": 1.02, "block_m": 64}]
+    rows = [{**common, "mode": "full", "top_k": "", "autotune_s": 60.0, "median_ms": 1.0, "block_m": 128},
+            {**common, "mode": "pruned", "top_k": 3, "autotune_s": 6.0, "median_ms": 1.08, "block_m": 64},
+            {**common, "mode": "pruned", "top_k": 8, "autotune_s": 15.0, "median_ms": 1.02, "block_m": 64}]
     md = markdown(rows, prov)
-    assert "| 4096 | 128 | 0 | 60.0 | 6.0 | 10.0× | 128x64 w8 s3 | 1.000 | 64x64 w8 s3 | 1.020 | +2.0% |" in md
+    assert "| 4096 | 128 | 0 | 3 | 60.0 | 6.0 | 10.0× | 128x64 w8 s3 | 1.000 | 64x64 w8 s3 | 1.080 | +8.0% |" in md
+    assert "| 4096 | 128 | 0 | 8 | 60.0 | 15.0 | 4.0× | 128x64 w8 s3 | 1.000 | 64x64 w8 s3 | 1.020 | +2.0% |" in md
+    assert "- k = 3: autotune 10.0× faster (mean); the pruned pick within 5% of full autotune's in 0 of 1" in md
+    assert "- k = 8: autotune 4.0× faster (mean); the pruned pick within 5% of full autotune's in 1 of 1" in md
     assert len(grid_tile_configs()) == 36
+
+
+def test_autotune_prune_bad_lists_exit_2_before_the_gpu(capsys):
+    from experiments import autotune_prune
+
+    for args, said in ((["--top-k", "0"], "positive integers, got '0'"),
+                       (["--seqlens", "4k"], "positive integers, got '4k'"),
+                       (["--causal", "2"], "list of 0 or 1, got '2'")):
+        assert autotune_prune.main(["run", *args]) == 2
+        assert said in capsys.readouterr().err
 
 
 def test_predictions_read_from_validate_csv(tmp_path):

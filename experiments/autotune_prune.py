@@ -25,6 +25,9 @@ machine with the engine and committed as JSON, which the hook reads
     PYTHONPATH=. python experiments/autotune_prune.py precompute
     # GPU machine (no network, no pip):
     PYTHONPATH=. python experiments/autotune_prune.py run [--seqlens 4096] [--head-dims 64,128]
+        [--top-k 3,8]
+    # runs split across several GPU calls, made one report:
+    PYTHONPATH=. python experiments/autotune_prune.py report RUN1.csv RUN2.csv
 
 Writes experiments/results/autotune_prune_predictions_h100.json (precompute),
 experiments/results/autotune_prune_h100.csv (one row per shape and mode, with
@@ -47,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make the repo importable
     sys.path.insert(0, str(ROOT))
 
-from algorithms.errors import GpusimError  # noqa: E402
+from algorithms.errors import GpusimError, ResultsFileError  # noqa: E402
 from kernels.provenance import git_commit, provenance  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
@@ -60,7 +63,7 @@ TOKENS, HIDDEN = 16384, 2048
 COLUMNS = ["seqlen", "head_dim", "causal", "batch", "heads", "dtype", "mode", "top_k", "configs_total",
            "configs_benchmarked", "autotune_s", "bench_s", "block_m", "block_n", "num_warps",
            "num_stages", "median_ms", "tflops", "max_abs_err_vs_sdpa", "predicted_rank_of_choice",
-           "status", "gpu", "sm_clock_mhz", "driver", "torch", "triton", "git_commit", "date",
+           "status", "predictions", "gpu", "sm_clock_mhz", "driver", "torch", "triton", "git_commit", "date",
            "command"]
 
 
@@ -308,7 +311,8 @@ def cmd_run(a) -> int:
                     res = run_one(n, d, c, mode, k or 1, a.predictions, a.timeout_s)
                     p = shape(n, d, bool(c))
                     row = {"seqlen": n, "head_dim": d, "causal": c, "batch": p.batch,
-                           "heads": p.heads, "dtype": p.dtype, "mode": mode, "top_k": k, **res, **prov}
+                           "heads": p.heads, "dtype": p.dtype, "mode": mode, "top_k": k, **res,
+                           "predictions": about, **prov}
                     for t in row.pop("timings", []) or []:
                         timing_rows.append({"seqlen": n, "head_dim": d, "causal": c, "mode": mode,
                                             "top_k": k, **t, **prov})
@@ -323,6 +327,51 @@ def cmd_run(a) -> int:
                     write_csv(Path(a.out) / "autotune_prune_timings_h100.csv", timing_rows)
                     atomic_write_text(Path(a.out) / "autotune_prune_h100.md", markdown(rows, prov, about))
     print(markdown(rows, prov, about))
+    return 0
+
+
+def read_run_rows(path) -> list[dict]:
+    """The rows of a run's autotune_prune_h100.csv, times as numbers."""
+    import csv
+
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as exc:
+        raise ResultsFileError(f"cannot read {path}: {exc.strerror}") from None
+    missing = [c for c in ("seqlen", "head_dim", "causal", "mode", "top_k", "status", "autotune_s",
+                           "median_ms", "block_m", "block_n", "num_warps", "num_stages")
+               if rows and c not in rows[0]]
+    if not rows or missing:
+        raise ResultsFileError(f"{path}: " + (f"missing columns {', '.join(missing)}" if rows
+                                              else "no rows"))
+    for r in rows:
+        for key in ("seqlen", "head_dim", "causal"):
+            r[key] = int(r[key])
+        if r["status"] == "ok":
+            try:
+                r["autotune_s"], r["median_ms"] = float(r["autotune_s"]), float(r["median_ms"])
+            except ValueError:
+                raise ResultsFileError(f"{path}: a row with status ok has no autotune_s or median_ms") from None
+    return rows
+
+
+def cmd_report(a) -> int:
+    """Runs split across several calls (a GPU command may last 10 minutes) made
+    into one CSV and report; provenance from the runs' own rows."""
+    from gpusim.artifacts import atomic_write_text, write_csv
+
+    rows = [r for path in a.runs for r in read_run_rows(path)]
+    prov = {k: rows[0].get(k, "") for k in ("gpu", "sm_clock_mhz", "driver", "torch", "triton",
+                                              "git_commit", "date")}
+    prov["command"] = "`; `".join(dict.fromkeys(r.get("command", "") for r in rows))
+    for key in ("gpu", "git_commit"):
+        if len({r.get(key) for r in rows}) > 1:
+            raise ResultsFileError(f"the runs differ in {key}: {sorted({r.get(key) for r in rows})}")
+    md = markdown(rows, prov, rows[0].get("predictions", ""))
+    write_csv(Path(a.out) / "autotune_prune_h100.csv", rows, COLUMNS)
+    atomic_write_text(Path(a.out) / "autotune_prune_h100.md", md)
+    print(md)
     return 0
 
 
@@ -350,6 +399,10 @@ def main(argv=None) -> int:
     p.add_argument("--budget-s", type=float, default=480, help="start no new run after this")
     p.add_argument("--timeout-s", type=float, default=300, help="per (shape, mode) subprocess")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("report", help="CPU: one report from the CSVs of several runs")
+    p.add_argument("runs", nargs="+", help="autotune_prune_h100.csv files of `run`")
+    p.add_argument("--out", default=str(RESULTS))
+    p.set_defaults(func=cmd_report)
     p = sub.add_parser("_worker", help=argparse.SUPPRESS)
     p.add_argument("--seqlen", type=int, required=True)
     p.add_argument("--head-dim", type=int, required=True)

@@ -205,3 +205,29 @@ def test_report_named_after_the_profile(tmp_path):
                           "--predictions", str(tmp_path / "p.csv"), "--gpu", "h100.measured"]) == 0
     assert (tmp_path / "top_pick_h100_measured.md").is_file()
     assert not (tmp_path / "top_pick_h100.md").exists()
+
+
+def test_autotune_prune_report_joins_split_runs(tmp_path, capsys):
+    """Two calls' CSVs make one report; a CSV without the run's columns exits 2."""
+    from experiments import autotune_prune
+
+    def run_csv(name, seqlen, command):
+        common = {"head_dim": 64, "causal": 0, "status": "ok", "block_n": 64, "num_warps": 8,
+                  "num_stages": 3, "gpu": "H100", "git_commit": "abc", "command": command,
+                  "predictions": "p.json (h100)"}
+        rows = [{**common, "seqlen": seqlen, "mode": "full", "top_k": "", "autotune_s": 40.0,
+                 "median_ms": 1.0, "block_m": 128},
+                {**common, "seqlen": seqlen, "mode": "pruned", "top_k": 3, "autotune_s": 4.0,
+                 "median_ms": 1.01, "block_m": 128}]
+        _write(tmp_path / name, rows)
+        return str(tmp_path / name)
+
+    a, b = run_csv("a.csv", 2048, "run --causal 0"), run_csv("b.csv", 16384, "run --causal 1")
+    assert autotune_prune.main(["report", a, b, "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "autotune_prune_h100.md").read_text()
+    assert "| 2048 | 64 | 0 | 3 |" in md and "| 16384 | 64 | 0 | 3 |" in md
+    assert "in 2 of 2 shapes" in md and "run --causal 0`; `run --causal 1" in md
+    assert "Predictions: p.json (h100)" in md
+    _write(tmp_path / "bad.csv", [{"seqlen": 1}])
+    assert autotune_prune.main(["report", str(tmp_path / "bad.csv")]) == 2
+    assert "missing columns" in capsys.readouterr().err

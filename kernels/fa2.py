@@ -139,6 +139,17 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
         _stamp_cta(STAMPS, started, looped, started_clk, l_i.to(tl.int32, bitcast=True), offs_m, BLOCK_M)
 
 
+def kernel_arguments(problem: AttentionProblem, q, k, v, o, lse, scale: float, stamps=None):
+    """_fa2_fwd's arguments but the tile config's (BLOCK_M, BLOCK_N, warps,
+    stages), as (args, kwargs): forward() launches with them, and so does
+    experiments/autotune_prune.py's triton.autotune around the same kernel."""
+    args = (q, k, v, o, lse, scale * LOG2E, problem.seqlen_q, problem.seqlen_kv,
+            problem.causal_offset, stamps if stamps is not None else lse)
+    kwargs = dict(H=problem.heads, GROUP=problem.group_size, HEAD_DIM=problem.head_dim,
+                  CAUSAL=problem.causal, STAMPED=stamps is not None)
+    return args, kwargs
+
+
 def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale=None,
             return_lse=False, stamps=None):
     """O = softmax(scale·QKᵀ [causal mask]) V with FlashAttention-2's schedule.
@@ -159,10 +170,8 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
         raise ValueError(f"stamps must be an int64 tensor of shape ({grid[0] * grid[1]}, {STAMP_SLOTS}) "
                          f"(CTAs, stamp slots) on "
                          f"{q.device}, got {stamps.dtype} {tuple(stamps.shape)} on {stamps.device}")
-    launch(_fa2_fwd[grid], q, k, v, o, lse, scale * LOG2E, problem.seqlen_q, problem.seqlen_kv,
-           problem.causal_offset, stamps if stamps is not None else lse, H=problem.heads,
-           GROUP=problem.group_size, HEAD_DIM=problem.head_dim, BLOCK_M=cfg.block_m,
-           BLOCK_N=cfg.block_n, CAUSAL=problem.causal, STAMPED=stamps is not None,
+    args, kwargs = kernel_arguments(problem, q, k, v, o, lse, scale, stamps)
+    launch(_fa2_fwd[grid], *args, **kwargs, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return (o, lse) if return_lse else o
 

@@ -245,13 +245,15 @@ def markdown(rows, prov, predictions: str = "") -> str:
             full[shape] = r
         else:
             pruned[(shape, int(r["top_k"]))] = r
-    body, by_k = [], {}
+    body, by_k, same = [], {}, []
     for (shape, k), p in sorted(pruned.items()):
         f = full.get(shape, {})
         if f.get("status") != "ok" or p.get("status") != "ok":
             body.append([*shape, k, f.get("status", "-"), p.get("status", "-"), "", "", "", "", "", ""])
             continue
         loss = (p["median_ms"] / f["median_ms"] - 1) * 100
+        if _pick(p) == _pick(f):
+            same.append(loss)
         saved = f["autotune_s"] / p["autotune_s"]
         by_k.setdefault(k, []).append((saved, loss))
         body.append([*shape, k, f"{f['autotune_s']:.1f}", f"{p['autotune_s']:.1f}", f"{saved:.1f}×",
@@ -263,6 +265,10 @@ def markdown(rows, prov, predictions: str = "") -> str:
                f"pick within 5% of full autotune's in {sum(x <= 5 for _, x in v)} of {len(v)} shapes, "
                f"mean {sum(x for _, x in v) / len(v):+.1f}%, worst {max(x for _, x in v):+.1f}%"
                for k, v in sorted(by_k.items())]
+    if same:
+        summary.append(f"- where both chose the same config ({len(same)} times), its two timings, "
+                       f"each in its own process, differ by {min(same):+.1f}…{max(same):+.1f}%: "
+                       "how far one timing of a config is from another")
     return ("# Autotune with and without gpusim pruning (fa2, H100)\n\n"
             f"GPU {prov['gpu']}, SM clock {prov['sm_clock_mhz']} MHz, driver {prov['driver']}, "
             f"torch {prov['torch']}, triton {prov['triton']}, commit {prov['git_commit']}, "

@@ -5,7 +5,7 @@ nothing outside the package: inside gpusim, `import triton` is absolute and
 still finds the real Triton). See gpusim.triton_prune for the details.
 
     @triton.autotune(configs=..., key=["n_q", "n_kv"],
-                     prune_configs_by=gpusim.triton.prune_configs_by(gpu="h100", top_k=3))
+                     prune_configs_by=gpusim.triton.prune_configs_by(gpu="h100", top_k=8))
 """
 from __future__ import annotations
 

@@ -228,6 +228,7 @@ def test_autotune_prune_report_joins_split_runs(tmp_path, capsys):
     assert "| 2048 | 64 | 0 | 3 |" in md and "| 16384 | 64 | 0 | 3 |" in md
     assert "in 2 of 2 shapes" in md and "run --causal 0`; `run --causal 1" in md
     assert "Predictions: p.json (h100)" in md
+    assert "where both chose the same config (2 times), its two timings" in md and "+1.0…+1.0%" in md
     _write(tmp_path / "bad.csv", [{"seqlen": 1}])
     assert autotune_prune.main(["report", str(tmp_path / "bad.csv")]) == 2
     assert "missing columns" in capsys.readouterr().err

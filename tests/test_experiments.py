@@ -32,6 +32,13 @@ def test_sweep_writes_csv_png_and_lists_best_with_bottleneck(tmp_path, capsys):
     assert len(rows) == 2 * 2 * 1 * 2
     assert (tmp_path / f"{stem}.png").stat().st_size > 10_000
     assert "bottleneck" in out and "8 configs" in out
+    # the autotune shortlist: every feasible config here (fewer than 8), fastest first
+    short = out.split("to autotune: the ")[1]
+    good = sorted((r for r in _rows(tmp_path / f"{stem}.csv") if r["feasible"] == "1"),
+                  key=lambda r: float(r["runtime_us"]))
+    assert short.startswith(f"{len(good)} fastest predicted")
+    labels = short.split("): ")[1].splitlines()[0].split(", ")
+    assert labels == [f"{r['block_m']}x{r['block_n']} w{r['num_warps']} s{r['num_stages']}" for r in good]
     bad = [r for r in rows if r["feasible"] == "0"]
     # 128x256 with 4 stages: 2 B x 128 x (128 + 256 x 8) = 557056 B of SMEM > 232448
     big = next(r for r in bad if (r["block_m"], r["block_n"], r["num_stages"]) == ("128", "256", "4"))

@@ -92,6 +92,22 @@ def cmd_sweep(a) -> int:
     return 0
 
 
+def print_shortlist(rows, file) -> None:
+    """The configs to autotune: the model's DEFAULT_TOP_K fastest, which
+    gpusim.triton's prune hook keeps. The first pick alone was within 5% of
+    the measured best in about half of the H100 shapes measured; the best of
+    these almost always (docs/experiments.md has the figures)."""
+    from ..triton_prune import DEFAULT_TOP_K
+
+    short = best_rows(rows, DEFAULT_TOP_K)
+    if len(short) < 2:
+        return
+    spread = (short[-1]["runtime_us"] / short[0]["runtime_us"] - 1) * 100
+    print(f"  to autotune: the {len(short)} fastest predicted (within +{spread:.0f}% of the first; "
+          "gpusim.triton.prune_configs_by keeps them): " + ", ".join(config_label(r) for r in short),
+          file=file)
+
+
 def print_summary(rows, top: int, simulate: bool, title: str, file=None) -> None:
     file = file or sys.stdout
     feasible = [r for r in rows if r.get("feasible")]
@@ -115,6 +131,7 @@ def print_summary(rows, top: int, simulate: bool, title: str, file=None) -> None
             print(f"  {i:>4}  {config_label(r):<18} {r['runtime_us']:>11,.1f} {r['tflops']:>8.1f} "
                   f"{r['smem_bytes'] / 1024:>8.0f} {r['ctas_per_sm']:>6}  {r['bottleneck']}{share}",
                   file=file)
+        print_shortlist(rows, file)
     else:
         print("  accounting only (--no-sim): ranked by bytes requested from global memory", file=file)
         print(f"  {'rank':>4}  {'config':<18} {'requested GB':>12} {'SMEM KB':>8} {'CTA/SM':>6}",

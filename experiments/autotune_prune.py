@@ -82,24 +82,13 @@ def grid_tile_configs():
             for s in GRID["stages"]]
 
 
-def _ints(text, allowed=None):
-    """A comma-separated list of positive integers (--seqlens, --top-k, ...), or
-    of the `allowed` values (--causal: 0, 1)."""
-    try:
-        values = [int(x) for x in str(text).split(",") if x.strip()]
-    except ValueError:
-        values = []
-    ok = bool(values) and all(v in allowed if allowed else v >= 1 for v in values)
-    if not ok:
-        what = " or ".join(map(str, allowed)) if allowed else "positive integers"
-        raise GpusimError(f"expected a comma-separated list of {what}, got {text!r}")
-    return values
+def _ints(text, name: str) -> list[int]:
+    """--seqlens, --head-dims, --top-k: positive integers; --causal: 0 and/or 1."""
+    from gpusim.artifacts import parse_int_list, parse_str_list
 
-
-def _shown(path) -> str:
-    """A path as a report names it: from the checkout's root where it lies inside."""
-    resolved = Path(path).resolve()
-    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
+    if name == "--causal":
+        return [int(c) for c in parse_str_list(text, name, ("0", "1"))]
+    return parse_int_list(text, name, minimum=1)
 
 
 # ---------------------------------------------------------------------------
@@ -108,8 +97,8 @@ def _shown(path) -> str:
 def cmd_precompute(a) -> int:
     from gpusim.triton import write_predictions
 
-    problems = [shape(n, d, bool(c)) for n in _ints(a.seqlens) for d in _ints(a.head_dims)
-                for c in _ints(a.causal, (0, 1))]
+    problems = [shape(n, d, bool(c)) for n in _ints(a.seqlens, "--seqlens")
+                for d in _ints(a.head_dims, "--head-dims") for c in _ints(a.causal, "--causal")]
     data = write_predictions(a.predictions, problems, grid_tile_configs(), gpu=a.gpu, algo="fa2",
                              jobs=a.jobs, progress=not a.no_progress, simulate=not a.no_sim,
                              meta={"git_commit": git_commit(), "command": "PYTHONPATH=. python "
@@ -285,11 +274,10 @@ def markdown(rows, prov, predictions: str = "") -> str:
 
 def cmd_run(a) -> int:
     from experiments import gpu_probe
-    from gpusim.artifacts import atomic_write_text, write_csv
+    from gpusim.artifacts import atomic_write_text, repo_relative, write_csv
 
-    for text in (a.seqlens, a.head_dims, a.top_k):
-        _ints(text)      # (bad input answered before the GPU is probed)
-    _ints(a.causal, (0, 1))
+    lists = {name: _ints(getattr(a, name[2:].replace("-", "_")), name)   # (before the GPU is probed)
+             for name in ("--seqlens", "--head-dims", "--causal", "--top-k")}
     if gpu_probe.start("autotune_prune.py", str(Path(a.out) / "autotune_prune_h100.csv"), None) is None:
         return 2
     if not Path(a.predictions).is_file():
@@ -300,19 +288,19 @@ def cmd_run(a) -> int:
     prov = provenance(command)
     with open(a.predictions) as f:
         meta = json.load(f)
-    about = (f"`{_shown(a.predictions)}` ({meta.get('gpu')}, commit {meta.get('git_commit', '?')}, "
+    about = (f"`{repo_relative(a.predictions)}` ({meta.get('gpu')}, commit {meta.get('git_commit', '?')}, "
              f"{meta.get('date', '?')}: `{meta.get('command', '?')}`)")
     rows, timing_rows = [], []
     start = time.time()
     out_csv = Path(a.out) / "autotune_prune_h100.csv"
-    for n in _ints(a.seqlens):
-        for d in _ints(a.head_dims):
-            for c in _ints(a.causal, (0, 1)):
-                for mode, k in [("full", "")] + [("pruned", k) for k in _ints(a.top_k)]:
+    for n in lists["--seqlens"]:
+        for d in lists["--head-dims"]:
+            for c in lists["--causal"]:
+                for mode, k in [("full", "")] + [("pruned", k) for k in lists["--top-k"]]:
                     if time.time() - start > a.budget_s:
                         print(f"budget of {a.budget_s} s spent; stopping", file=sys.stderr)
                         break
-                    res = run_one(n, d, c, mode, k or 1, a.predictions, a.timeout_s)
+                    res = run_one(n, d, c, mode, k or 1, a.predictions, a.timeout_s)  # (full: k unused)
                     p = shape(n, d, bool(c))
                     row = {"seqlen": n, "head_dim": d, "causal": c, "batch": p.batch,
                            "heads": p.heads, "dtype": p.dtype, "mode": mode, "top_k": k, **res,
@@ -336,13 +324,9 @@ def cmd_run(a) -> int:
 
 def read_run_rows(path) -> list[dict]:
     """The rows of a run's autotune_prune_h100.csv, times as numbers."""
-    import csv
+    from gpusim.artifacts import read_csv_rows
 
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as exc:
-        raise ResultsFileError(f"cannot read {path}: {exc.strerror}") from None
+    rows = read_csv_rows(path)
     missing = [c for c in ("seqlen", "head_dim", "causal", "mode", "top_k", "status", "autotune_s",
                            "median_ms", "block_m", "block_n", "num_warps", "num_stages")
                if rows and c not in rows[0]]
@@ -367,7 +351,8 @@ def cmd_report(a) -> int:
 
     rows = [r for path in a.runs for r in read_run_rows(path)]
     prov = {k: rows[0].get(k, "") for k in ("gpu", "sm_clock_mhz", "driver", "torch", "triton",
-                                              "git_commit", "date")}
+                                              "git_commit")}
+    prov["date"] = ", ".join(dict.fromkeys(r.get("date", "") for r in rows))
     prov["command"] = "`; `".join(dict.fromkeys(r.get("command", "") for r in rows))
     for key in ("gpu", "git_commit"):
         if len({r.get(key) for r in rows}) > 1:

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from algorithms.errors import ResultsFileError  # noqa: E402
 from algorithms.problem import AttentionProblem  # noqa: E402
 from gpusim import predict  # noqa: E402
-from gpusim.artifacts import atomic_write_text, read_csv_rows, write_csv  # noqa: E402
+from gpusim.artifacts import atomic_write_text, read_csv_rows, repo_relative, write_csv  # noqa: E402
 
 MEASURED = ROOT / "experiments/results/kernels_bench_fa3_gluon.csv"
 KERNELS = ("fa3_gluon", "fa3")   # the kernel that runs the schedule, and Triton's fa3 beside it
@@ -122,8 +122,7 @@ def main(argv=None) -> int:
         print(f"fa3_gluon_check: error: {exc}", file=sys.stderr)
         return 2
     out = Path(a.out or ROOT / f"experiments/results/fa3_gluon_check_{a.gpu.replace('.', '_')}.md")
-    atomic_write_text(out, markdown(table, a.gpu, Path(a.measured).relative_to(ROOT)
-                                    if Path(a.measured).resolve().is_relative_to(ROOT) else a.measured))
+    atomic_write_text(out, markdown(table, a.gpu, repo_relative(a.measured)))
     write_csv(out.with_suffix(".csv"), table)
     print(f"wrote {out} and its .csv")
     return 0

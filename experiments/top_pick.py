@@ -246,13 +246,6 @@ def analyse(measured: dict, gpu: str = "h100", jobs=None, executor="process", pr
     return out
 
 
-def _shown(path) -> str:
-    """A path as a report names it: from the checkout's root where it lies inside (the
-    default measured file was written out absolute, naming the machine it ran on)."""
-    resolved = Path(path).resolve()
-    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
-
-
 def markdown(rows, source: str, gpu: str, predictions: str | None = None, args: str = "") -> str:
     from gpusim.artifacts import markdown_table
 
@@ -308,7 +301,7 @@ def shortlist_table(rows) -> str:
 
 
 def main(argv=None) -> int:
-    from gpusim.artifacts import atomic_write_text, ensure_dir, write_csv
+    from gpusim.artifacts import atomic_write_text, ensure_dir, repo_relative, write_csv
 
     ap = argparse.ArgumentParser(description="explorer's top fa2 pick vs the measured sweep")
     ap.add_argument("--measured", default=str(MEASURED))
@@ -337,7 +330,7 @@ def main(argv=None) -> int:
         # a profile's name or .toml path, dots made underscores as validate.py's
         # files have them (Path.stem took h100.measured for h100)
         name = Path(a.gpu).name.removesuffix(".toml").replace(".", "_")
-        md = markdown(rows, _shown(a.measured), name, a.predictions,
+        md = markdown(rows, repo_relative(a.measured), name, a.predictions,
                       " ".join(argv if argv is not None else sys.argv[1:]))
         write_csv(Path(a.out) / f"top_pick_{name}.csv", rows, FIELDS)
         atomic_write_text(Path(a.out) / f"top_pick_{name}.md", md)

@@ -167,6 +167,14 @@ def pyplot():
     return plt
 
 
+def repo_relative(path) -> str:
+    """A path as a report names it: from the checkout's root where it lies
+    inside (an absolute path would name the machine it ran on), else as given."""
+    root = Path(__file__).resolve().parents[1]
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)
+
+
 def parse_int_list(text: str, name: str, minimum: int | None = None) -> list[int]:
     """'64,128' -> [64, 128]; a bad item, or one below `minimum`, is a one-line GpusimError."""
     out = []

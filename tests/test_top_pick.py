@@ -97,9 +97,9 @@ def test_autotune_prune_report_from_synthetic_results():
 def test_autotune_prune_bad_lists_exit_2_before_the_gpu(capsys):
     from experiments import autotune_prune
 
-    for args, said in ((["--top-k", "0"], "positive integers, got '0'"),
-                       (["--seqlens", "4k"], "positive integers, got '4k'"),
-                       (["--causal", "2"], "list of 0 or 1, got '2'")):
+    for args, said in ((["--top-k", "0"], "--top-k: 0 is below 1"),
+                       (["--seqlens", "4k"], "--seqlens: '4k' is not an integer"),
+                       (["--causal", "2"], "--causal: unknown value '2'; choose from 0, 1")):
         assert autotune_prune.main(["run", *args]) == 2
         assert said in capsys.readouterr().err
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import math
 import statistics
 import sys
@@ -38,6 +39,9 @@ from experiments.validation.metrics import spearman as validate_spearman  # noqa
 
 RESULTS = ROOT / "experiments" / "results"
 MEASURED = RESULTS / "validation_h100.csv"
+# The same sweep measured twice more (session 29, validate.py measure): how far
+# the measurement itself moves a shape's fastest config (noise_floor)
+REPEATS = (RESULTS / "validation_clocked_h100_a.csv", RESULTS / "validation_clocked_h100_b.csv")
 GRID = {"block_m": (64, 128), "block_n": (32, 64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4)}
 REQUIRED = ("algo", "head_dim", "seqlen", "causal", "block_m", "block_n", "num_warps",
             "num_stages")
@@ -246,7 +250,8 @@ def analyse(measured: dict, gpu: str = "h100", jobs=None, executor="process", pr
     return out
 
 
-def markdown(rows, source: str, gpu: str, predictions: str | None = None, args: str = "") -> str:
+def markdown(rows, source: str, gpu: str, predictions: str | None = None, args: str = "",
+             floor=()) -> str:
     from gpusim.artifacts import markdown_table
 
     done = [r for r in rows if r.get("loss_pct") is not None]
@@ -282,7 +287,38 @@ def markdown(rows, source: str, gpu: str, predictions: str | None = None, args: 
     lines.append(markdown_table(header, body).rstrip("\n"))
     if done:
         lines += ["", shortlist_table(done)]
+    if floor:
+        lines += ["", noise_table(floor)]
     return "\n".join(lines)
+
+
+def noise_floor(runs: dict) -> list[tuple]:
+    """What a perfect model would lose to the measurement's own spread: each
+    run's fastest config per shape, timed in each other run, against that
+    run's fastest. runs: {name: read_measured(...)}. [(from, in, losses %)]."""
+    out = []
+    for x, y in itertools.permutations(runs, 2):
+        losses = []
+        for shape, times in runs[x].items():
+            other = runs[y].get(shape)
+            pick = min(times, key=lambda c: (times[c], c))
+            if other and pick in other:
+                losses.append((other[pick] / min(other.values()) - 1) * 100)
+        if losses:
+            out.append((x, y, losses))
+    return out
+
+
+def noise_table(floor) -> str:
+    from gpusim.artifacts import markdown_table
+
+    body = [[f"`{x}`", f"`{y}`", f"{sum(v <= BAR_PCT for v in losses)} of {len(losses)}",
+             f"{statistics.fmean(losses):.1f}%", f"{max(losses):.1f}%"] for x, y, losses in floor]
+    return ("The measurement's own floor: each run's fastest config per shape, timed in another "
+            "run of the same sweep, against that run's fastest (what a model that knew one run "
+            "exactly would lose in the other).\n\n"
+            + markdown_table(["fastest in", "timed in", f"shapes within {BAR_PCT:.0f}%", "loss mean",
+                              "loss max"], body))
 
 
 def shortlist_table(rows) -> str:
@@ -301,7 +337,7 @@ def shortlist_table(rows) -> str:
 
 
 def main(argv=None) -> int:
-    from gpusim.artifacts import atomic_write_text, ensure_dir, repo_relative, write_csv
+    from gpusim.artifacts import atomic_write_text, ensure_dir, parse_int_list, repo_relative, write_csv
 
     ap = argparse.ArgumentParser(description="explorer's top fa2 pick vs the measured sweep")
     ap.add_argument("--measured", default=str(MEASURED))
@@ -315,23 +351,30 @@ def main(argv=None) -> int:
     ap.add_argument("--seqlens", default=None, help="only these N (comma-separated)")
     ap.add_argument("--head-dims", default=None, help="only these head dims")
     ap.add_argument("--causal", default=None, help="only 0, 1 or 0,1")
+    ap.add_argument("--repeats", default=",".join(str(p) for p in REPEATS),
+                    help="the same sweep measured again (comma-separated CSVs; '' for none): "
+                         "how far the measurement alone moves each shape's fastest config")
     a = ap.parse_args(argv)
     try:
         ensure_dir(a.out)     # (before minutes of predictions, not after)
         measured = read_measured(a.measured)
-        for idx, text in ((0, a.seqlens), (1, a.head_dims), (2, a.causal)):
+        for idx, text, flag in ((0, a.seqlens, "--seqlens"), (1, a.head_dims, "--head-dims"),
+                                (2, a.causal, "--causal")):
             if text:
-                keep = {int(x) for x in text.split(",") if x.strip()}
+                keep = set(parse_int_list(text, flag, minimum=0))
                 measured = {s: v for s, v in measured.items() if int(s[idx]) in keep}
         if not measured:
             raise ResultsFileError("no measured shape left after --seqlens/--head-dims/--causal")
         predicted = predictions_from_json(measured, a.predictions) if a.predictions else None
         rows = analyse(measured, a.gpu, a.jobs, progress=not a.no_progress, predicted=predicted)
+        runs = {repo_relative(a.measured): measured}
+        for path in (p for p in a.repeats.split(",") if p.strip()):
+            runs[repo_relative(path)] = {s: v for s, v in read_measured(path).items() if s in measured}
         # a profile's name or .toml path, dots made underscores as validate.py's
         # files have them (Path.stem took h100.measured for h100)
         name = Path(a.gpu).name.removesuffix(".toml").replace(".", "_")
         md = markdown(rows, repo_relative(a.measured), name, a.predictions,
-                      " ".join(argv if argv is not None else sys.argv[1:]))
+                      " ".join(argv if argv is not None else sys.argv[1:]), noise_floor(runs))
         write_csv(Path(a.out) / f"top_pick_{name}.csv", rows, FIELDS)
         atomic_write_text(Path(a.out) / f"top_pick_{name}.md", md)
     except GpusimError as exc:

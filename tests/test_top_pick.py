@@ -232,3 +232,15 @@ def test_autotune_prune_report_joins_split_runs(tmp_path, capsys):
     _write(tmp_path / "bad.csv", [{"seqlen": 1}])
     assert autotune_prune.main(["report", str(tmp_path / "bad.csv")]) == 2
     assert "missing columns" in capsys.readouterr().err
+
+
+def test_noise_floor_times_one_runs_fastest_in_the_other():
+    """A run's fastest config per shape, timed in another run, against that run's fastest."""
+    shape = (1024, 64, False, 16, 32, "bf16")
+    a, b, c = top_pick.grid_configs()[:3]
+    runs = {"x": {shape: {a: 1.00, b: 1.02, c: 1.5}}, "y": {shape: {a: 1.10, b: 1.00, c: 1.4}}}
+    floor = {(x, y): losses for x, y, losses in top_pick.noise_floor(runs)}
+    assert abs(floor[("x", "y")][0] - 10.0) < 1e-9      # x's fastest (a) is 10% off in y
+    assert abs(floor[("y", "x")][0] - 2.0) < 1e-9       # y's fastest (b) is 2% off in x
+    table = top_pick.noise_table(top_pick.noise_floor(runs))
+    assert "| `x` | `y` | 0 of 1 | 10.0% | 10.0% |" in table

@@ -1,5 +1,5 @@
 """How far is the engine's fast path from its full simulation? A benchmark of
-the model against itself (no GPU): fourteen shapes across the four algorithms,
+the model against itself (no GPU): sixteen shapes across the four algorithms,
 each predicted with fast=True and fast=False on the h100 profile.
 
     python experiments/fast_vs_full.py [--out experiments/results/fast_vs_full.csv] [--jobs 2] [--fa1]
@@ -44,6 +44,9 @@ CASES = [
     ("fa1", 1, 16, 4096, 128, True, None),
     ("fa3", 4, 16, 4096, 128, True, None),
     ("fa3", 16, 32, 1024, 64, False, None),
+    # bench_simulator.py's standard singles (its PV GEMM's CTAs spread in the fast path)
+    ("standard", 1, 16, 16384, 128, False, None),
+    ("standard", 1, 16, 16384, 128, True, None),
 ]
 
 # --fa1: FA1's 24 validation shapes (validate.py's sweep: TOKENS tokens, HIDDEN / D

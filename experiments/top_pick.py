@@ -351,9 +351,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seqlens", default=None, help="only these N (comma-separated)")
     ap.add_argument("--head-dims", default=None, help="only these head dims")
     ap.add_argument("--causal", default=None, help="only 0, 1 or 0,1")
-    ap.add_argument("--repeats", default=",".join(str(p) for p in REPEATS),
-                    help="the same sweep measured again (comma-separated CSVs; '' for none): "
-                         "how far the measurement alone moves each shape's fastest config")
+    ap.add_argument("--repeats", default=None,
+                    help="the same sweep measured again (comma-separated CSVs; '' for none): how "
+                         "far the measurement alone moves each shape's fastest config (default: "
+                         "the H100 sweep's two re-measurements, with the default --measured only)")
     a = ap.parse_args(argv)
     try:
         ensure_dir(a.out)     # (before minutes of predictions, not after)
@@ -368,6 +369,9 @@ def main(argv=None) -> int:
         predicted = predictions_from_json(measured, a.predictions) if a.predictions else None
         rows = analyse(measured, a.gpu, a.jobs, progress=not a.no_progress, predicted=predicted)
         runs = {repo_relative(a.measured): measured}
+        if a.repeats is None:   # (another sweep's repeats are not these)
+            same = Path(a.measured).resolve() == MEASURED.resolve()
+            a.repeats = ",".join(str(p) for p in REPEATS) if same else ""
         for path in (p for p in a.repeats.split(",") if p.strip()):
             runs[repo_relative(path)] = {s: v for s, v in read_measured(path).items() if s in measured}
         # a profile's name or .toml path, dots made underscores as validate.py's

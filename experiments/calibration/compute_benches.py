@@ -345,7 +345,7 @@ def bench_dot_chain_stream(r: Runner, K):
                     continue    # its stages do not fit an SM's SMEM (128x128 with four)
                 torch.cuda.synchronize()
                 regs = getattr(compiled, "n_regs", 0) or 0
-                if per_sm > 1 and (per_sm * (compiled.metadata.shared + 1024) > r.props.shared_memory_per_multiprocessor
+                if per_sm > 1 and (not r.smem_fits(per_sm, compiled.metadata.shared)
                                    or per_sm * regs * 32 * warps > r.props.regs_per_multiprocessor):
                     continue    # two would not fit an SM: the second wave would run alone
                 with r.sampler() as s:

@@ -9,7 +9,7 @@ import os
 import statistics
 import time
 
-from .runner import Runner, _clock_of, spanned_rate
+from .runner import SMEM_RESERVED_PER_CTA, Runner, _clock_of, spanned_rate
 from .triton_kernels import DOT_SHAPES, DOT_WARPS
 
 
@@ -419,7 +419,7 @@ def bench_cp_async(r: Runner, mod):
         for per_sm in (1, 2):
             for depth in CP_ASYNC_DEPTHS:
                 nbytes = vpt * threads * 16
-                if per_sm * (depth * nbytes + 1024) > int(r.props.shared_memory_per_multiprocessor):
+                if not r.smem_fits(per_sm, depth * nbytes):
                     continue
                 grid = r.sms * per_sm
                 cyc, kmhz, span_ns, reps = launch(depth, grid, threads, vpt)
@@ -468,13 +468,12 @@ def bench_cta_cycle(r: Runner, mod):
 
     k = mod.get_function("cta_cycle")
     per_sm_smem = int(r.props.shared_memory_per_multiprocessor)
-    reserved = 1024
     most = max(CTA_CYCLE_PER_SM) * max(CTA_CYCLE_ROUNDS) * r.sms * max(CTA_CYCLE_TILES)
     src = cupy.random.random(most // 4, dtype=cupy.float32)
     dst = cupy.empty_like(src)
     for nbytes in CTA_CYCLE_TILES:
         for per_sm in CTA_CYCLE_PER_SM:
-            smem = per_sm_smem // per_sm - reserved
+            smem = per_sm_smem // per_sm - SMEM_RESERVED_PER_CTA
             k.max_dynamic_shared_size_bytes = smem
             times = {}
             with r.sampler() as s:
@@ -506,7 +505,7 @@ def bench_cta_stamps(r: Runner, mod, out_dir: str):
     import numpy as np
 
     k = mod.get_function("cta_cycle_stamped")
-    smem = int(r.props.shared_memory_per_multiprocessor) - 1024
+    smem = int(r.props.shared_memory_per_multiprocessor) - SMEM_RESERVED_PER_CTA
     k.max_dynamic_shared_size_bytes = smem
     grid = r.sms * CTA_STAMP_ROUNDS
     # every repetition reads and writes its own slices, beyond what L2 (50 MB) keeps

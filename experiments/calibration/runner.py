@@ -15,6 +15,11 @@ import time
 
 from . import ROOT
 
+# SMEM the driver reserves for every resident CTA on sm_80 and later (CUDA C++
+# Programming Guide, compute capabilities table: 1 KB reserved shared memory
+# per block); hw_profiles' residency.smem_reserved_per_cta_bytes is the same
+SMEM_RESERVED_PER_CTA = 1024
+
 
 class ClockSampler:
     """Samples the SM clock through NVML on a thread while a benchmark runs."""
@@ -121,6 +126,10 @@ class Runner:
                     pass
             return _Null()
         return ClockSampler(self.nvml)
+
+    def smem_fits(self, per_sm: int, smem_bytes: int) -> bool:
+        """Do `per_sm` CTAs of `smem_bytes` each fit one SM's shared memory?"""
+        return per_sm * (smem_bytes + SMEM_RESERVED_PER_CTA) <= int(self.props.shared_memory_per_multiprocessor)
 
     def add(self, bench, param, value, unit, clock=None, kclock=None, detail=""):
         if self.timing:     # how the figure was timed, when event_loop timed it

@@ -152,6 +152,18 @@ def fa2_spills(problem: AttentionProblem, cfg: TileConfig) -> Spills | None:
     return fa2_compiled(problem, cfg).spills
 
 
+def from_compiler(algo: str, problem: AttentionProblem, cfg: TileConfig) -> bool | None:
+    """Does the schedule of `algo` at this config take its registers, spills and
+    instruction counts from the compiled tables (True), or from estimates
+    (False: the probe did not compile it; a large tile's estimate knows no
+    spills)? None where the schedule reads no table at the sweep's config."""
+    if algo == "fa2":
+        return fa2_compiled(problem, cfg) is not NOTHING
+    if algo == "fa3":
+        return fa3_gluon_compiled(problem, cfg) is not NOTHING
+    return None
+
+
 def fa2_registers(problem: AttentionProblem, cfg: TileConfig) -> int | None:
     """Registers per thread ptxas gave the fa2 kernel for this config on sm_90
     (they decide how many CTAs share an SM), or None where the probe has no row."""

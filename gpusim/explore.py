@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Iterable, Sequence
 
 import algorithms
+from algorithms.compiled import from_compiler
 from algorithms.errors import DoesNotFit, GpusimError
 from algorithms.problem import THREE_CONSUMER_BLOCK_M, AttentionProblem, TileConfig
 
@@ -34,7 +35,8 @@ ROW_FIELDS = ("algo", "gpu", "batch", "heads", "kv_heads", "seqlen_q", "seqlen_k
               "consumer_warpgroups", "feasible", "reason", "short_reason", "smem_bytes",
               "smem_limit", "runtime_us", "tflops", "hbm_read_bytes", "hbm_write_bytes",
               "l2_read_bytes", "global_write_bytes", "l2_hit_rate", "compulsory_read_bytes", "compulsory_write_bytes",
-              "flops_matmul", "ctas_per_sm", "waves", "bottleneck", "bottleneck_share")
+              "flops_matmul", "ctas_per_sm", "waves", "bottleneck", "bottleneck_share",
+              "from_compiler")
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,9 @@ def evaluate(task: Task) -> dict:
                compulsory_write_bytes=pred.compulsory_write_bytes,
                flops_matmul=pred.flops_matmul, ctas_per_sm=pred.ctas_per_sm, waves=pred.waves,
                bottleneck=pred.bottleneck, bottleneck_share=pred.bottleneck_share)
+    known = from_compiler(task.algo, task.problem, task.config) if task.config is not None else None
+    if known is not None:
+        row["from_compiler"] = int(known)
     return row
 
 

@@ -20,6 +20,7 @@ from ..cli import add_problem_args, problem_from_args
 from ..explore import (BLOCK_M, BLOCK_N, EXECUTORS, ROW_FIELDS, STAGES, WARPS, best_rows,
                        config_label, engine_available, plot_heatmaps, run_tasks, sweep_stem,
                        sweep_tasks)
+from ..triton_prune import DEFAULT_TOP_K
 
 
 def _csv(values) -> str:
@@ -92,19 +93,35 @@ def cmd_sweep(a) -> int:
     return 0
 
 
+ESTIMATED_MARK = "*"
+
+
+def _label(row: dict) -> str:
+    """A config's label, marked where its registers, spills and instructions are
+    estimates rather than the compiler's (explore's from_compiler = 0)."""
+    return config_label(row) + (ESTIMATED_MARK if row.get("from_compiler") == 0 else "")
+
+
+def print_estimated_note(listed, file) -> None:
+    """Say what the mark means when a listed config carries it."""
+    if any(r.get("from_compiler") == 0 for r in listed):
+        print(f"  {ESTIMATED_MARK} not in the compiled tables (experiments/triton_smem_probe.py: block_m "
+              "64/128 x block_n 32/64/128 x 4/8 warps x 1-4 stages): registers, spills and "
+              "instructions estimated; a large tile's estimate knows no spills, so its prediction "
+              "may be optimistic", file=file)
+
+
 def print_shortlist(rows, file) -> None:
     """The configs to autotune: the model's DEFAULT_TOP_K fastest, which
     gpusim.triton's prune hook keeps. The first pick alone was within 5% of
     the measured best in about half of the H100 shapes measured; the best of
     these almost always (docs/experiments.md has the figures)."""
-    from ..triton_prune import DEFAULT_TOP_K
-
     short = best_rows(rows, DEFAULT_TOP_K)
     if len(short) < 2:
         return
     spread = (short[-1]["runtime_us"] / short[0]["runtime_us"] - 1) * 100
     print(f"  to autotune: the {len(short)} fastest predicted (within +{spread:.0f}% of the first; "
-          "gpusim.triton.prune_configs_by keeps them): " + ", ".join(config_label(r) for r in short),
+          "gpusim.triton.prune_configs_by keeps them): " + ", ".join(_label(r) for r in short),
           file=file)
 
 
@@ -128,10 +145,11 @@ def print_summary(rows, top: int, simulate: bool, title: str, file=None) -> None
               f"{'CTA/SM':>6}  bottleneck", file=file)
         for i, r in enumerate(best, 1):
             share = f" ({r['bottleneck_share']:.0%})" if r.get("bottleneck_share") is not None else ""
-            print(f"  {i:>4}  {config_label(r):<18} {r['runtime_us']:>11,.1f} {r['tflops']:>8.1f} "
+            print(f"  {i:>4}  {_label(r):<18} {r['runtime_us']:>11,.1f} {r['tflops']:>8.1f} "
                   f"{r['smem_bytes'] / 1024:>8.0f} {r['ctas_per_sm']:>6}  {r['bottleneck']}{share}",
                   file=file)
         print_shortlist(rows, file)
+        print_estimated_note(best_rows(rows, max(top, DEFAULT_TOP_K)), file)
     else:
         print("  accounting only (--no-sim): ranked by bytes requested from global memory", file=file)
         print(f"  {'rank':>4}  {'config':<18} {'requested GB':>12} {'SMEM KB':>8} {'CTA/SM':>6}",

@@ -339,6 +339,7 @@ def plot_heatmaps(rows: Sequence[dict], title: str, metric: str = "runtime_us"):
                                       max(3.0, len(ss) * (len(bms) * cell + 0.9))))
     index = {(r["num_stages"], r["num_warps"], r["block_m"], r["block_n"]): r for r in rows}
     image = None
+    estimated: set = set()
     small = len(bms) * len(bns) <= 36
     for i, s in enumerate(ss):
         for j, w in enumerate(ws):
@@ -351,6 +352,10 @@ def plot_heatmaps(rows: Sequence[dict], title: str, metric: str = "runtime_us"):
                         continue
                     if r.get("feasible") and r.get(metric) is not None:
                         grid[a, b] = r[metric]
+                        if r.get("from_compiler") == 0:     # registers and spills estimated
+                            estimated.add((s, w, a, b))
+                            ax.add_patch(Rectangle((b - 0.45, a - 0.45), 0.9, 0.9, fill=False,
+                                                   linestyle=":", edgecolor="0.2", linewidth=0.8))
                     elif not r.get("feasible"):
                         ax.add_patch(Rectangle((b - 0.5, a - 0.5), 1, 1, fill=False, hatch="///",
                                                edgecolor="0.55", linewidth=0))
@@ -365,8 +370,9 @@ def plot_heatmaps(rows: Sequence[dict], title: str, metric: str = "runtime_us"):
                         if not np.isnan(grid[a, b]):
                             # viridis_r: light (yellow) cells are the low values
                             shade = float(image.norm(grid[a, b]))
-                            ax.text(b, a, _compact(grid[a, b]), ha="center", va="center",
-                                    fontsize=5.5, color="black" if shade < 0.6 else "white")
+                            ax.text(b, a, _compact(grid[a, b]) + ("*" if (s, w, a, b) in estimated else ""),
+                                    ha="center", va="center", fontsize=5.5,
+                                    color="black" if shade < 0.6 else "white")
             if best and best["num_stages"] == s and best["num_warps"] == w:
                 ax.plot(bns.index(best["block_n"]), bms.index(best["block_m"]), marker="*",
                         color="red", markersize=13, markeredgecolor="white")
@@ -381,5 +387,6 @@ def plot_heatmaps(rows: Sequence[dict], title: str, metric: str = "runtime_us"):
              "l2_read_bytes": "bytes requested from L2/HBM (accounting only)"}.get(metric, metric)
     if image is not None and have:
         fig.colorbar(image, ax=axes, shrink=0.6, label=label)
-    fig.suptitle(f"{title}\nhatched: infeasible (reason); ★ best", fontsize=9)
+    note = "; dotted *: estimated (not in the compiled tables)" if estimated else ""
+    fig.suptitle(f"{title}\nhatched: infeasible (reason); ★ best{note}", fontsize=9)
     return fig

@@ -104,3 +104,18 @@ def test_ridge_is_peak_over_bandwidth(name):
 
 def test_h100_ridge_number():
     assert ridge_point("h100") == pytest.approx(989.4 / 3.35, rel=1e-9)
+
+
+def test_heatmap_marks_estimated_cells():
+    """Cells whose config the compiled tables lack carry a * and the title says why."""
+    from gpusim.explore import plot_heatmaps
+
+    def row(bm, known):
+        return {"block_m": bm, "block_n": 64, "num_warps": 4, "num_stages": 3, "feasible": True,
+                "runtime_us": 10.0 + bm, "from_compiler": known}
+
+    fig = plot_heatmaps([row(64, 1), row(256, 0)], "t")
+    assert sorted(t.get_text() for ax in fig.axes for t in ax.texts) == ["266*", "74"]
+    assert "estimated" in fig._suptitle.get_text()
+    fig = plot_heatmaps([row(64, 1)], "t")
+    assert "estimated" not in fig._suptitle.get_text()

@@ -217,15 +217,12 @@ def run_one(seqlen, head_dim, causal, mode, top_k, predictions, timeout_s) -> di
     return out
 
 
-def _pick(r) -> str:
-    return f"{r['block_m']}x{r['block_n']} w{r['num_warps']} s{r['num_stages']}"
-
-
 def markdown(rows, prov, predictions: str = "") -> str:
     """One line per shape and k: full autotune against the autotune of the
     simulator's k fastest configs; then, per k, the mean time saved and how
     often the pruned pick ran within 5% of full autotune's."""
     from gpusim.artifacts import markdown_table
+    from gpusim.explore import config_label
 
     full, pruned = {}, {}
     for r in rows:
@@ -241,12 +238,12 @@ def markdown(rows, prov, predictions: str = "") -> str:
             body.append([*shape, k, f.get("status", "-"), p.get("status", "-"), "", "", "", "", "", ""])
             continue
         loss = (p["median_ms"] / f["median_ms"] - 1) * 100
-        if _pick(p) == _pick(f):
+        if config_label(p) == config_label(f):
             same.append(loss)
         saved = f["autotune_s"] / p["autotune_s"]
         by_k.setdefault(k, []).append((saved, loss))
         body.append([*shape, k, f"{f['autotune_s']:.1f}", f"{p['autotune_s']:.1f}", f"{saved:.1f}×",
-                     _pick(f), f"{f['median_ms']:.3f}", _pick(p), f"{p['median_ms']:.3f}",
+                     config_label(f), f"{f['median_ms']:.3f}", config_label(p), f"{p['median_ms']:.3f}",
                      f"{loss:+.1f}%"])
     header = ["N", "D", "causal", "k", "full autotune s", "pruned autotune s", "saved",
               "full pick", "full ms", "pruned pick", "pruned ms", "pruned vs full"]

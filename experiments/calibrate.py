@@ -58,7 +58,8 @@ from experiments.calibration.compute_benches import (MORE_DOT_CHAINS, WIDE_DOT_C
                                                      bench_dot_fill, bench_dot_pair, bench_exp2_triton, bench_softmax_mix,
                                                      bench_wgmma_shapes)
 from experiments.calibration.cross_compile import DOT_CHAIN_LOOPS, cmd_check, cmd_loops  # noqa: E402
-from experiments.calibration.cuda_benches import (bench_cp_async, bench_cta_cycle, bench_cta_stamps,  # noqa: E402
+from experiments.calibration.cuda_benches import (bench_cp_async, bench_cta_cycle, bench_cta_dispatch,  # noqa: E402
+                                                  bench_cta_stamps,
                                                   bench_cuda, bench_latency, bench_latency_clock,
                                                   bench_latency_per_sm, bench_launch, bench_loaded_latency)
 from experiments.calibration.cuda_kernels import CUDA_SRC, compile_cuda  # noqa: E402
@@ -128,7 +129,8 @@ def cmd_run(args) -> int:
              ("launch", lambda: bench_launch(r, K, mod)),
              ("cta_cycle", lambda: mod and bench_cta_cycle(r, mod)),
              ("cp_async", lambda: mod and bench_cp_async(r, mod)),
-             ("cta_stamps", lambda: mod and bench_cta_stamps(r, mod, args.out_dir))]
+             ("cta_stamps", lambda: mod and bench_cta_stamps(r, mod, args.out_dir)),
+             ("cta_dispatch", lambda: mod and bench_cta_dispatch(r, mod, args.out_dir))]
     only = set(args.only.split(",")) if args.only else None
     for name, step in steps:
         if only and name not in only:
@@ -204,7 +206,7 @@ def main(argv=None) -> int:
                                               "l2_store,l2_round_trip,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_fill,dot_chain,dot_chain_wide,dot_chain_more,dot_chain_phase,"
                                               "dot_chain_stream,"
                                               "exp2_triton,latency,loaded_latency,"
-                                              "launch,cta_cycle,cta_stamps")
+                                              "launch,cta_cycle,cta_stamps,cta_dispatch")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("check", help="compile every microkernel for sm_90 here and show its SASS")
     p.set_defaults(func=cmd_check)

@@ -53,6 +53,19 @@ LAUNCH_FLAGS = {"persistent": ("persistent", True), "grid": ("persistent", False
                 "otma": ("o_tma", True), "ostore": ("o_tma", False)}
 
 
+def int_list(flag: str, text: str, allowed=None) -> list[int]:
+    """'512,1024' -> [512, 1024]; one line (SystemExit) naming the flag on anything else."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"kernels.bench: {flag} takes comma-separated integers, got {text!r}") from None
+    bad = [v for v in values if (v not in allowed if allowed else v < 1)]
+    if bad:
+        raise SystemExit(f"kernels.bench: {flag} takes {'/'.join(map(str, allowed)) if allowed else 'positive'}"
+                         f" values, got {bad[0]}")
+    return values
+
+
 def parse_kernel(spec):
     """'name[@BMxBNxWxS][+flag...]' -> (spec, name, TileConfig or None, launch
     keyword arguments). '+pp' turns pingpong on (fa3 kernels); fa3_gluon also
@@ -159,8 +172,11 @@ def main(argv=None):
                          "all of them, so a slow drift of the clock weighs on every kernel alike")
     ap.add_argument("--plot-only", action="store_true", help="redraw the figure from --out")
     ap.add_argument("--standard-parts", default=None, metavar="CSV",
-                    help="also time standard's three launches at D=128, N=4096 against their "
-                         "bounds (measured H100 anchors) and write them to CSV")
+                    help="also time standard's three launches against their bounds (measured H100 "
+                         "anchors) at each head dim of --head-dims and each N >= 4096 of --seqlens, "
+                         "and write them to CSV")
+    ap.add_argument("--standard-parts-seqlens", default=None, metavar="N,N,...",
+                    help="the N of --standard-parts instead (any N, e.g. 512,1024)")
     a = ap.parse_args(argv)
     if a.rounds < 1:
         raise SystemExit(f"--rounds must be at least 1, got {a.rounds}")
@@ -176,14 +192,15 @@ def main(argv=None):
             raise SystemExit(f"kernels.bench: cannot write {path}: {e.strerror}") from None
         if not os.access(folder, os.W_OK):
             raise SystemExit(f"kernels.bench: cannot write {path}: {folder} is not writable")
+    seqlens = [4096, 16384] if a.quick else int_list("--seqlens", a.seqlens)
+    parts_seqlens = int_list("--standard-parts-seqlens", a.standard_parts_seqlens or "")
+    dims = [128] if a.quick else int_list("--head-dims", a.head_dims)
+    causals = [bool(c) for c in int_list("--causal", a.causal, allowed=(0, 1))]
     import torch
     import triton
 
     if not torch.cuda.is_available():
         raise SystemExit("kernels.bench needs a CUDA GPU")
-    seqlens = [4096, 16384] if a.quick else [int(x) for x in a.seqlens.split(",")]
-    dims = [128] if a.quick else [int(x) for x in a.head_dims.split(",")]
-    causals = [bool(int(x)) for x in a.causal.split(",")]
     kernels = [parse_kernel(s) for s in a.kernels.split(",") if s]
     prov = provenance("python -m kernels.bench " + " ".join(argv if argv is not None else sys.argv[1:]))
     rows = []
@@ -235,7 +252,9 @@ def main(argv=None):
             del inputs
             torch.cuda.empty_cache()
     if a.standard_parts:
-        standard_parts(a.standard_parts, prov, [n for n in seqlens if n >= STANDARD_PARTS_MIN_N])
+        parts_n = (parts_seqlens if a.standard_parts_seqlens is not None
+                   else [n for n in seqlens if n >= STANDARD_PARTS_MIN_N])
+        standard_parts(a.standard_parts, prov, parts_n, dims, a.tokens, a.hidden)
     write_csv_atomic(a.out, rows, COLUMNS)
     log(f"wrote {a.out}")
     plot(a.out, png)
@@ -251,18 +270,17 @@ HBM_CEILING = 3.02e12
 STANDARD_PARTS_MIN_N = 4096
 
 
-def standard_parts(path, prov, seqlens=(4096,)):
+def standard_parts(path, prov, seqlens=(4096,), dims=(128,), tokens=16384, hidden=2048):
     """Each launch of standard vs its own bound max(FLOPs/703 TFLOP/s, bytes/3.02
-    TB/s), D = 128, 16k tokens, at each N of `seqlens` (those >= 4096 of --seqlens)."""
+    TB/s), at `tokens` tokens, each head dim of `dims` (hidden // D heads) and N of `seqlens`."""
     import torch
     import triton
 
     from kernels import standard
 
     rows = []
-    for n, causal in itertools.product(seqlens or (STANDARD_PARTS_MIN_N,), (False, True)):
-        d = 128
-        b, h = 16384 // n, 2048 // d
+    for d, n, causal in itertools.product(dims, seqlens or (STANDARD_PARTS_MIN_N,), (False, True)):
+        b, h = max(1, tokens // n), max(1, hidden // d)
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         parts = standard.launches(q, k, v, causal=causal)
         for name, fn, flops, nbytes in parts:

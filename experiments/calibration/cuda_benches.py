@@ -599,3 +599,85 @@ def bench_launch(r: Runner, K, mod):
         en.synchronize()
         r.add("launch", "back_to_back_eager_cupy", cupy.cuda.get_elapsed_time(st, en) * 1e3 / n, "us",
               detail=f"{n} empty CuPy RawKernel launches back to back")
+
+
+# How fast can the SMs take new CTAs when many are resident? cta_cycle's empty
+# rows (256 threads) take 0.29, 0.43 and 0.62 us a round at 1, 2 and 4 CTAs an
+# SM: more CTAs an SM cost more than one turnover a round. standard's softmax
+# launch (one 4-warp CTA a row of S: 262k-524k CTAs at 16k tokens, N = 512)
+# is made of such CTAs.
+CTA_DISPATCH_THREADS = (128, 256)
+CTA_DISPATCH_PER_SM = (1, 2, 4, 8, 12, 16)
+CTA_DISPATCH_TILES = (0, 1024)      # bytes a CTA reads and writes back: none, a 512-key row of bf16 S
+
+
+def bench_cta_dispatch(r: Runner, mod, out_dir: str):
+    """Rounds of short CTAs at 1-16 CTAs an SM (set by dynamic SMEM), 128 and
+    256 threads, empty or copying 1 KB: us a round (the slope between 8 and 40
+    rounds, as cta_cycle), rows `cta_dispatch`. Then, stamped (global timer), a
+    40-round launch of each: per SM, the interval between consecutive CTA
+    starts and how long a CTA ran, rows `cta_dispatch_stamps`; every CTA's
+    stamps go to cta_dispatch_stamps_h100.csv beside the calibration CSV."""
+    import cupy
+    import numpy as np
+
+    plain, stamped = mod.get_function("cta_cycle"), mod.get_function("cta_cycle_stamped")
+    per_sm_smem = int(r.props.shared_memory_per_multiprocessor)
+    lo, hi = CTA_CYCLE_ROUNDS
+    most = max(CTA_DISPATCH_PER_SM) * hi * r.sms
+    src = cupy.random.random(most * max(CTA_DISPATCH_TILES) // 4, dtype=cupy.float32)
+    dst = cupy.empty_like(src)
+    stamps = cupy.zeros(4 * most, dtype=cupy.uint64)
+    lines = ["threads,per_sm,tile_bytes,cta,sm,start_ns,end_ns"]
+    for threads in CTA_DISPATCH_THREADS:
+        for nbytes in CTA_DISPATCH_TILES:
+            for per_sm in CTA_DISPATCH_PER_SM:
+                if per_sm * threads > int(r.props.max_threads_per_multi_processor):
+                    continue
+                smem = per_sm_smem // per_sm - SMEM_RESERVED_PER_CTA
+                vecs = np.int32(nbytes // 16)
+                times = {}
+                with r.sampler() as s:
+                    for k in (plain, stamped):
+                        k.max_dynamic_shared_size_bytes = smem
+                    for rounds in CTA_CYCLE_ROUNDS:
+                        grid = r.sms * per_sm * rounds
+
+                        def fn():
+                            plain((grid,), (threads,), (src, dst, vecs), shared_mem=smem)
+
+                        times[rounds] = r.event_loop(fn, n=9)
+                    per_round = (times[hi] - times[lo]) / (hi - lo) * 1e3
+                    param = f"{threads}t_{nbytes}B_x{per_sm}"
+                    r.add("cta_dispatch", param, per_round, "us/round", s.mhz,
+                          detail=f"{threads} threads, dynamic smem {smem} B ({per_sm} CTA(s) an SM), "
+                                 f"{nbytes} B read and written back a CTA; {lo} rounds "
+                                 f"{times[lo] * 1e3:.2f} us, {hi} rounds {times[hi] * 1e3:.2f} us")
+                    grid = r.sms * per_sm * hi
+                    stamped((grid,), (threads,), (src, dst, vecs, stamps), shared_mem=smem)
+                    cupy.cuda.Device().synchronize()
+                    stamped((grid,), (threads,), (src, dst, vecs, stamps), shared_mem=smem)
+                    cupy.cuda.Device().synchronize()
+                a = stamps[:4 * grid].get().reshape(grid, 4).astype(np.int64)
+                t0 = a[:, 0].min()
+                for c in range(grid):
+                    lines.append(f"{threads},{per_sm},{nbytes},{c},{a[c, 3]},{a[c, 0] - t0},{a[c, 2] - t0}")
+                gaps, runs = [], (a[:, 2] - a[:, 0]) / 1e3
+                for sm in np.unique(a[:, 3]):
+                    starts = np.sort(a[a[:, 3] == sm, 0])
+                    # the middle half of the launch: past its ramp, before its tail
+                    n = len(starts)
+                    gaps.extend(np.diff(starts[n // 4: 3 * n // 4]) / 1e3)
+                r.add("cta_dispatch_stamps", param, float(np.median(gaps)), "us",
+                      detail=f"a {hi}-round launch stamped by the global timer: median interval between "
+                             f"consecutive CTA starts on an SM over the middle half of its CTAs "
+                             f"(p10 {np.percentile(gaps, 10):.3f}, p90 {np.percentile(gaps, 90):.3f} us; "
+                             f"mean {np.mean(gaps):.3f}); a CTA ran median {np.median(runs):.3f} us "
+                             f"(p90 {np.percentile(runs, 90):.3f}); the launch's CTA starts spanned "
+                             f"{(a[:, 0].max() - t0) / 1e3:.2f} us")
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "cta_dispatch_stamps_h100.csv")
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+    del src, dst, stamps

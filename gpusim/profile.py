@@ -50,7 +50,9 @@ SCHEMA: dict[str, dict[str, tuple[type, object, object]]] = {
             "latency_cycles": (float, 0, 1e5)},
     "copy": {"plain_load_latency_cycles": (float, 0, 1e5), "tma_extra_latency_cycles": (float, 0, 1e5),
              "tma_descriptor_setup_cycles": (float, 0, 1e6)},
-    "launch": {"kernel_launch_us": (float, 0, 1e4), "cta_turnover_cycles": (float, 0.0, 1e6)},
+    "launch": {"kernel_launch_us": (float, 0, 1e4), "cta_turnover_cycles": (float, 0.0, 1e6),
+               # an SM starts its CTAs' warps one after another, this many cycles each (0: at once)
+               "warp_dispatch_cycles": (float, 0.0, 1e5)},
 }
 # Sections whose values are text or flags, not numbers needing a source.
 _UNSOURCED = {"gpu.name", "gpu.description", "features.mma_sync", "features.wgmma",

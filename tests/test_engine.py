@@ -17,6 +17,14 @@ from gpusim.profile import load_profile, parse_profile, profiles_dir
 H100 = load_profile("h100")
 
 
+def fixed_cost_s(warps: int, gpu=None) -> float:
+    """What a lone CTA of `warps` warps costs besides its work: the launch,
+    its warps' dispatch and its turnover (seconds)."""
+    gpu = gpu or H100
+    cycles = gpu.launch.cta_turnover_cycles + warps * gpu.launch.warp_dispatch_cycles
+    return gpu.launch.kernel_launch_us * 1e-6 + cycles / gpu.clock_hz
+
+
 def profile_with(**changes):
     """The H100 profile with some numbers changed: {"l2.capacity_bytes": 0}."""
     data = tomllib.loads((profiles_dir() / "h100.toml").read_text())
@@ -486,7 +494,7 @@ def test_stores_leave_the_sm_at_its_write_rate():
                     classes=lambda: [(0, 1)], cost_key=lambda cta: 0)
     schedule = Schedule("stores", AttentionProblem(batch=1, heads=1, seqlen_q=128, head_dim=64),
                         None, (launch,), {})
-    fixed = H100.launch.kernel_launch_us * 1e-6 + H100.launch.cta_turnover_cycles / H100.clock_hz
+    fixed = fixed_cost_s(8)
     write_s = nbytes / (H100.l2.sm_store_bytes_per_clk * H100.clock_hz)
     assert H100.l2.sm_store_bytes_per_clk < H100.l2.sm_port_bytes_per_clk
     got = simulate(schedule, H100).runtime_s - fixed
@@ -513,7 +521,7 @@ def test_a_loads_slack_is_work_the_warp_does_while_it_flies():
     eight loads (two HBM misses, six L2 hits) with 100 clocks of slack each
     take 800 clocks less than with none, and a slack past the HBM round trip
     leaves the CTA nothing to wait for but its fixed costs."""
-    fixed = H100.launch.kernel_launch_us * 1e-6 + H100.launch.cta_turnover_cycles / H100.clock_hz
+    fixed = fixed_cost_s(4)
     t0 = simulate(_dependent_loads(0.0), H100).runtime_s
     t100 = simulate(_dependent_loads(100.0), H100).runtime_s
     assert H100.l2.hit_latency_cycles > 100
@@ -541,7 +549,7 @@ def test_a_warpgroup_alone_stores_at_its_warps_rate():
     the write path, and so take no longer than one."""
     one_sm = profile_with(**{"gpu.sm_count": 1})
     nbytes = 1 << 20
-    fixed = H100.launch.kernel_launch_us * 1e-6 + H100.launch.cta_turnover_cycles / H100.clock_hz
+    fixed = fixed_cost_s(4)
     per_warp = H100.l2.sm_store_bytes_per_clk_per_warp
     assert 4 * per_warp < H100.l2.sm_store_bytes_per_clk <= 8 * per_warp * 1.01
     alone = simulate(_store_launch(4, 1, nbytes), one_sm).runtime_s - fixed

@@ -13,6 +13,10 @@ import sys
 from . import ROOT
 from .cross_compile import dot_chain_loop
 from .cuda_benches import CTA_CYCLE_ROUNDS, CTA_CYCLE_THREADS
+
+# cta_dispatch rows whose rounds the SM's warp launch bounds (reduce: launch.warp_dispatch_cycles)
+DISPATCH_THREADS = 128
+DISPATCH_BOUND_PER_SM = (8, 12, 16)
 from .memory_benches import STORE_OVERLAP_DRAINED, STORE_OVERLAP_WARPS, TMA_SETUP_DESCRIPTORS
 
 DEFAULT_PROFILE = os.path.join(ROOT, "hw_profiles", "h100.measured.toml")
@@ -406,20 +410,54 @@ def mapping(rows):
             f"(with eight CTAs an SM building at once: "
             f"{(_val(rows, 'tma_setup', 'descriptors_x8')[0] or float('nan')) / TMA_SETUP_DESCRIPTORS:.0f})",
             row))
+    dispatch = _warp_dispatch(rows)
+    if dispatch is not None:
+        per_warp, how, row, clk = dispatch
+        out[("launch", "warp_dispatch_cycles")] = (round(per_warp, 1), cite(how, row, clk))
     v, row = _val(rows, "cta_cycle", "0B_x1")
-    if v and row.get("clock_mhz_nvml"):
+    if v and row.get("clock_mhz_nvml") and dispatch is not None:
         clk = float(row["clock_mhz_nvml"])
-        out[("launch", "cta_turnover_cycles")] = (round(v * clk, 0), cite(
+        warps = CTA_CYCLE_THREADS // 32
+        launched = warps * dispatch[0]
+        out[("launch", "cta_turnover_cycles")] = (round(v * clk - launched, 0), cite(
             f"CTAs of {CTA_CYCLE_THREADS} threads that do nothing, one per SM (all of an SM's SMEM "
             f"each), {v:.3f} us a round (slope between launches of {CTA_CYCLE_ROUNDS[0]} and "
             f"{CTA_CYCLE_ROUNDS[1]} rounds; {row.get('date', '')[:10]}) x {clk:.0f} MHz = "
-            f"{v * clk:.0f} cycles to start and retire a CTA", row, clk))
+            f"{v * clk:.0f} cycles to start and retire a CTA, less its {warps} warps' dispatch "
+            f"({warps} x {dispatch[0]:.1f}, launch.warp_dispatch_cycles) = {v * clk - launched:.0f}", row, clk))
     v, row = _val(rows, "launch", "do_bench_empty_triton")
     if v:
         out[("launch", "kernel_launch_us")] = (round(v, 2), cite(
             f"triton.testing.do_bench median of an empty kernel = {v:.2f} us: the fixed cost every "
             f"do_bench-timed kernel pays (back-to-back eager and graph launches in the CSV)", row))
     return out
+
+
+def _warp_dispatch(rows):
+    """(cycles an SM takes to launch a warp, how, row, clock) from the
+    cta_dispatch rows where the SM's dispatch bounds the round: empty 4-warp
+    CTAs at 8 or more an SM, whose slots (turnover about 700 cycles) would
+    allow one every 90 cycles or less; None without them."""
+    fits = []
+    for per_sm in DISPATCH_BOUND_PER_SM:
+        v, row = _val(rows, "cta_dispatch", f"{DISPATCH_THREADS}t_0B_x{per_sm}")
+        if v and row.get("clock_mhz_nvml"):
+            clk = float(row["clock_mhz_nvml"])
+            fits.append((v / per_sm * clk / (DISPATCH_THREADS // 32), per_sm, v, row, clk))
+    if not fits:
+        return None
+    per_warp = statistics.median(f[0] for f in fits)
+    _, _, _, row, clk = fits[0]
+    how = (f"empty CTAs of {DISPATCH_THREADS} threads at " +
+           ", ".join(f"{n} ({v:.3f} us a round)" for _, n, v, _, _ in fits) +
+           f" an SM (slope between launches of {CTA_CYCLE_ROUNDS[0]} and {CTA_CYCLE_ROUNDS[1]} rounds): "
+           f"the SM starts one every {fits[0][2] / fits[0][1]:.4f} us, x {clk:.0f} MHz / "
+           f"{DISPATCH_THREADS // 32} warps = {per_warp:.1f} cycles a warp (median)")
+    stamps, _ = _val(rows, "cta_dispatch_stamps", f"{DISPATCH_THREADS}t_0B_x{fits[-1][1]}")
+    if stamps:
+        how += (f"; stamped by the global timer, the same launch at {fits[-1][1]} an SM started its CTAs "
+                f"{stamps:.3f} us apart on an SM (median, cta_dispatch_stamps)")
+    return per_warp, how, row, clk
 
 
 def _toml_value(v):

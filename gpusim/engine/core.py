@@ -47,8 +47,9 @@ from algorithms.ops import (LD, TMA, Alu, Arrive, DescriptorSetup, Exp, IssueSta
 from algorithms.problem import DTYPE_BYTES
 from algorithms.schedule import Launch, Schedule
 
-from .counters import (ALU, HBM, L2, MISS, N_COUNTERS, PORT, REQ, SCRATCH, SFU, SM_UNITS, SMEM, STORE,
-                       TENSOR, UNITS)
+from ..occupancy import WARP_SIZE
+from .counters import (ALU, DISPATCH_UNIT, HBM, L2, MISS, N_COUNTERS, PORT, REQ, SCRATCH, SFU, SM_UNITS, SMEM,
+                       STORE, TENSOR, UNITS)
 from .environment import EngineEnvironment
 from .ghosting import GHOST_SAMPLES, CtaGhosting
 from .memory import MemorySystem
@@ -97,10 +98,12 @@ def bottleneck_of(busy: dict[str, float]) -> tuple[str, float]:
 
 
 class _SM:
-    __slots__ = ("index", "units", "tensor", "sfu", "alu", "smem", "port", "skippers", "residents_changed")
+    __slots__ = ("index", "units", "tensor", "sfu", "alu", "smem", "port", "skippers", "residents_changed",
+                 "dispatch")
 
     def __init__(self, index: int):
         self.index = index
+        self.dispatch = Server(DISPATCH_UNIT)   # launches its CTAs' warps, one after another (_run_cta)
         self.residents_changed = 0      # _disturb calls so far: iterations timed across one are mixed
         # wait events of CTAs skipping loop iterations here, in the order they
         # began (a dict, not a set: a set of events iterates in memory-address
@@ -200,6 +203,7 @@ class Engine(LoopSkipping, CtaGhosting):
         self.clock = clock
         self.launch_gap = gpu.launch.kernel_launch_us * 1e-6
         self.cta_turnover = gpu.launch.cta_turnover_cycles / clock
+        self.warp_dispatch = gpu.launch.warp_dispatch_cycles / clock
         self.store_s_per_warp_byte = 1.0 / (gpu.l2.sm_store_bytes_per_clk_per_warp * clock)
         self._mma_rates: dict[tuple, float] = {}
         self._wgmma_smem: dict[tuple, float] = {}
@@ -565,9 +569,16 @@ class Engine(LoopSkipping, CtaGhosting):
             cta.together = _Together(*plan)
 
         start = env._now
+        if self.warp_dispatch > 0.0:
+            # An SM launches its CTAs' warps one at a time: with many short CTAs
+            # resident it starts a 4-warp CTA every 0.10 us and an 8-warp one
+            # every 0.20 (calibrate.py cta_dispatch), which bounds launches of
+            # many small CTAs (standard's softmax: one a row of S).
+            yield env.timeout(sm.dispatch.serve(start, self.warp_dispatch * self._num_warps) - start)
         if self.cta_turnover > 0.0:
-            # Starting and retiring a CTA holds its slot: 0.29 us a round with
-            # one empty CTA per SM (calibrate.py cta_cycle), no unit busy.
+            # Starting and retiring a CTA holds its slot besides its warps'
+            # launch: 0.46 us a round with one empty 8-warp CTA per SM
+            # (calibrate.py cta_cycle), less its warps' dispatch; no unit busy.
             yield env.timeout(self.cta_turnover)
         self._disturb(sm)
         procs = []
@@ -633,7 +644,7 @@ class Engine(LoopSkipping, CtaGhosting):
         self.mem.begin_launch()
         start = env._now
         busy0 = self._busy_snapshot()
-        self._num_warps = launch.threads // 32
+        self._num_warps = -(-launch.threads // WARP_SIZE)
         # cost class -> (_together_plan, per-role loop keys, simulated in full, carries tiles: _round_trip)
         self._class_cache: dict = {}
         slots = [(slot, sm) for slot in range(ctas_per_sm) for sm in self.sms]
@@ -674,6 +685,7 @@ class Engine(LoopSkipping, CtaGhosting):
         for sm in self.sms:
             for server in sm.units:
                 snap[server.name] += server.busy
+            snap[DISPATCH_UNIT] += sm.dispatch.busy
         snap["l2_bandwidth"] = self.mem.l2.busy
         snap["hbm_bandwidth"] = self.mem.hbm.busy
         return snap
@@ -683,7 +695,7 @@ class Engine(LoopSkipping, CtaGhosting):
         n_sm = len(self.sms)
         out = {}
         for name in UNITS:
-            span = runtime * (n_sm if name in SM_UNITS else 1)
+            span = runtime * (n_sm if name in SM_UNITS or name == DISPATCH_UNIT else 1)
             out[name] = min(1.0, (now[name] - before[name]) / span) if span > 0 else 0.0
         return out
 

@@ -17,5 +17,7 @@ N_COUNTERS = 11
 
 # The units a prediction reports busy fractions for: each SM's, then the shared ones.
 SM_UNITS = ("tensor_cores", "sfu_exp2", "fma_pipe", "smem", "sm_l2_port")
+# Each SM's launch of its CTAs' warps (core._SM.dispatch): busy per CTA, not per role's work.
+DISPATCH_UNIT = "warp_dispatch"
 GLOBAL_UNITS = ("l2_bandwidth", "hbm_bandwidth")
-UNITS = SM_UNITS + GLOBAL_UNITS
+UNITS = SM_UNITS + (DISPATCH_UNIT,) + GLOBAL_UNITS

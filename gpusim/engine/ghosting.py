@@ -176,6 +176,8 @@ class CtaGhosting:
         if replayed:    # (their HBM reads are the replay's, spread over the window)
             work[MISS] = work[HBM] = 0.0
         self._background(sm, start, start + duration, work)
+        if self.warp_dispatch > 0.0:    # (their warps' launch, as _run_cta's)
+            sm.dispatch.add_background(start, start + duration, n * self.warp_dispatch * self._num_warps)
         if replayed:
             # On the GPU the batch's CTAs start as their turns in launch order
             # come: slots take the next CTA at `slots` CTAs a CTA's duration,

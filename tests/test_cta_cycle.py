@@ -135,3 +135,17 @@ def test_copy_rounds_bound_by_hbm(replayed, nbytes, per_sm):
     bytes over the copy bandwidth; the engine within 5%."""
     predicted, measured = replayed[(nbytes, per_sm)]
     assert abs(predicted / measured - 1) <= 0.05, (predicted, measured)
+
+
+def test_a_launch_of_many_short_ctas_names_warp_dispatch_as_its_bound(gpu):
+    """The prediction says what bounds such a launch: the SMs' warp
+    dispatch, busy nearly all of the time (16 empty 4-warp CTAs an SM, 40
+    rounds); with one CTA an SM it idles between turnovers."""
+    from gpusim.engine import simulate
+    from gpusim.engine.counters import DISPATCH_UNIT
+
+    rows = {(threads, per_sm): smem for nbytes, per_sm, smem, threads, *_ in _rows("cta_dispatch") if nbytes == 0}
+    many = simulate(_copy_schedule(0, gpu.gpu.sm_count * 16 * ROUNDS[1], rows[(128, 16)], 128), gpu)
+    assert many.bottleneck == DISPATCH_UNIT and many.unit_busy[DISPATCH_UNIT] > 0.9, many.unit_busy
+    one = simulate(_copy_schedule(0, gpu.gpu.sm_count * ROUNDS[1], rows[(128, 1)], 128), gpu)
+    assert one.unit_busy[DISPATCH_UNIT] < 0.35, one.unit_busy

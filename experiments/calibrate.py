@@ -59,8 +59,7 @@ from experiments.calibration.compute_benches import (MORE_DOT_CHAINS, WIDE_DOT_C
                                                      bench_wgmma_shapes)
 from experiments.calibration.cross_compile import DOT_CHAIN_LOOPS, cmd_check, cmd_loops  # noqa: E402
 from experiments.calibration.cuda_benches import (bench_cp_async, bench_cta_cycle, bench_cta_dispatch,  # noqa: E402
-                                                  bench_cta_stamps,
-                                                  bench_cuda, bench_latency, bench_latency_clock,
+                                                  bench_cta_stamps, bench_cuda, bench_latency, bench_latency_clock,
                                                   bench_latency_per_sm, bench_launch, bench_loaded_latency)
 from experiments.calibration.cuda_kernels import CUDA_SRC, compile_cuda  # noqa: E402
 from experiments.calibration.memory_benches import (bench_device, bench_hbm, bench_l2, bench_l2_duration,  # noqa: E402

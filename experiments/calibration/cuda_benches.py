@@ -601,11 +601,11 @@ def bench_launch(r: Runner, K, mod):
               detail=f"{n} empty CuPy RawKernel launches back to back")
 
 
-# How fast can the SMs take new CTAs when many are resident? cta_cycle's empty
-# rows (256 threads) take 0.29, 0.43 and 0.62 us a round at 1, 2 and 4 CTAs an
-# SM: more CTAs an SM cost more than one turnover a round. standard's softmax
-# launch (one 4-warp CTA a row of S: 262k-524k CTAs at 16k tokens, N = 512)
-# is made of such CTAs.
+# How fast can an SM take new CTAs when many are resident? cta_cycle's empty
+# rows (256 threads) take 0.46, 0.52 and 0.81 us a round at 1, 2 and 4 CTAs an
+# SM (session 39): more CTAs an SM cost more than one turnover a round.
+# standard's softmax launch (one 4-warp CTA a row of S: 262k-524k CTAs at 16k
+# tokens, N = 512) is made of such CTAs.
 CTA_DISPATCH_THREADS = (128, 256)
 CTA_DISPATCH_PER_SM = (1, 2, 4, 8, 12, 16)
 CTA_DISPATCH_TILES = (0, 1024)      # bytes a CTA reads and writes back: none, a 512-key row of bf16 S

@@ -13,13 +13,12 @@ import sys
 from . import ROOT
 from .cross_compile import dot_chain_loop
 from .cuda_benches import CTA_CYCLE_ROUNDS, CTA_CYCLE_THREADS
-
-# cta_dispatch rows whose rounds the SM's warp launch bounds (reduce: launch.warp_dispatch_cycles)
-DISPATCH_THREADS = 128
-DISPATCH_BOUND_PER_SM = (8, 12, 16)
 from .memory_benches import STORE_OVERLAP_DRAINED, STORE_OVERLAP_WARPS, TMA_SETUP_DESCRIPTORS
 
 DEFAULT_PROFILE = os.path.join(ROOT, "hw_profiles", "h100.measured.toml")
+# cta_dispatch rows whose rounds the SMs' warp launch bounds (launch.warp_dispatch_cycles)
+DISPATCH_THREADS = 128
+DISPATCH_BOUND_PER_SM = (8, 12, 16)
 
 BASE_PROFILE = os.path.join(ROOT, "hw_profiles", "h100.toml")
 
@@ -451,8 +450,9 @@ def _warp_dispatch(rows):
     how = (f"empty CTAs of {DISPATCH_THREADS} threads at " +
            ", ".join(f"{n} ({v:.3f} us a round)" for _, n, v, _, _ in fits) +
            f" an SM (slope between launches of {CTA_CYCLE_ROUNDS[0]} and {CTA_CYCLE_ROUNDS[1]} rounds): "
-           f"the SM starts one every {fits[0][2] / fits[0][1]:.4f} us, x {clk:.0f} MHz / "
-           f"{DISPATCH_THREADS // 32} warps = {per_warp:.1f} cycles a warp (median)")
+           "an SM starts one every " + ", ".join(f"{v / n:.4f}" for _, n, v, _, _ in fits) +
+           f" us, x {clk:.0f} MHz / {DISPATCH_THREADS // 32} warps = "
+           + ", ".join(f"{w:.1f}" for w, *_ in fits) + f" cycles a warp, median {per_warp:.1f}")
     stamps, _ = _val(rows, "cta_dispatch_stamps", f"{DISPATCH_THREADS}t_0B_x{fits[-1][1]}")
     if stamps:
         how += (f"; stamped by the global timer, the same launch at {fits[-1][1]} an SM started its CTAs "

@@ -577,8 +577,8 @@ class Engine(LoopSkipping, CtaGhosting):
             yield env.timeout(sm.dispatch.serve(start, self.warp_dispatch * self._num_warps) - start)
         if self.cta_turnover > 0.0:
             # Starting and retiring a CTA holds its slot besides its warps'
-            # launch: 0.46 us a round with one empty 8-warp CTA per SM
-            # (calibrate.py cta_cycle), less its warps' dispatch; no unit busy.
+            # launch (calibrate.py cta_cycle: a round of one empty CTA per SM,
+            # less its warps' dispatch); no unit busy.
             yield env.timeout(self.cta_turnover)
         self._disturb(sm)
         procs = []

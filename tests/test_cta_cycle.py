@@ -71,8 +71,8 @@ def gpu():
 def replayed(gpu):
     rows = _rows()
     assert len(rows) == 9
-    return {(nbytes, per_sm): (_round_us(gpu, nbytes, per_sm, smem, threads), measured)
-            for nbytes, per_sm, smem, threads, measured, _ in rows}
+    return {(nbytes, per_sm): (_round_us(gpu, nbytes, per_sm, smem, threads), measured, mhz)
+            for nbytes, per_sm, smem, threads, measured, mhz in rows}
 
 
 @pytest.fixture(scope="module")
@@ -97,12 +97,14 @@ def test_occupancy_follows_dynamic_smem(gpu):
         assert occupancy(launch, gpu).ctas_per_sm == per_sm
 
 
-def test_empty_cta_costs_its_turnover(replayed):
-    """Where the turnover comes from: the profile's cycles at its own clock
-    (1816 MHz against the 1980 MHz of the run) give the round back within 10%;
-    with no turnover the engine predicted zero."""
-    predicted, measured = replayed[(0, 1)]
-    assert abs(predicted / measured - 1) <= 0.10, (predicted, measured)
+def test_empty_cta_costs_its_turnover(replayed, gpu):
+    """Where the turnover comes from: an empty 8-warp CTA an SM, its warps'
+    dispatch and then its turnover, gives the round back in cycles (the
+    engine's at the profile's 1816 MHz, the GPU's at the run's 1980) within
+    2%; with no turnover the engine predicted zero."""
+    predicted_us, measured_us, mhz = replayed[(0, 1)]
+    predicted, measured = predicted_us * gpu.gpu.sm_clock_mhz, measured_us * mhz
+    assert abs(predicted / measured - 1) <= 0.02, (predicted, measured)
 
 
 @pytest.mark.parametrize("threads,per_sm", [(128, 8), (128, 12), (128, 16), (256, 4), (256, 8)])
@@ -133,7 +135,7 @@ def test_few_empty_ctas_an_sm_within_a_fifth(dispatched, threads, per_sm):
 def test_copy_rounds_bound_by_hbm(replayed, nbytes, per_sm):
     """Held out: two and four CTAs per SM keep HBM busy, so a round takes its
     bytes over the copy bandwidth; the engine within 5%."""
-    predicted, measured = replayed[(nbytes, per_sm)]
+    predicted, measured, _ = replayed[(nbytes, per_sm)]
     assert abs(predicted / measured - 1) <= 0.05, (predicted, measured)
 
 

@@ -78,6 +78,13 @@ CASES = [
     # measures 6.20 ms with two stages and 5.56 with three (two CTAs an SM
     # either way); the model, its CTAs out of step, loses nothing
     (16384, 64, False, 64, 128, 4, 2),
+    # N = 512 and 2048 at D = 64 (session 39): on h100.measured every config
+    # is predicted fast there, 4-warp CTAs most (64x64 w4 s3 causal -26% at N
+    # = 512, w8 -19%); are a CTA's steps too fast, or its fixed part?
+    (512, 64, True, 64, 64, 4, 3),
+    (512, 64, True, 64, 64, 8, 3),
+    (512, 64, False, 64, 64, 8, 3),
+    (2048, 64, True, 64, 64, 4, 3),
 ]
 FIELDS = ("case", "cta", "sm", "start_ns", "looped_ns", "end_ns", "clock_mhz", "kernel_us",
           "kernel_stamped_us", "gpu", "git_commit", "date", "command")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import os
 import statistics
 import sys
@@ -408,7 +409,9 @@ def cmd_compare(args) -> int:
     kernel: dict = {}
     clocks: dict = {}       # case -> the SM clock over each CTA (rows from session 12 on)
     try:
-        with open(args.measured) as f:
+        # (a .csv.gz as written when a CSV was too large to bring back from the GPU machine)
+        opener = gzip.open if args.measured.endswith(".gz") else open
+        with opener(args.measured, "rt") as f:
             for r in csv.DictReader(f):
                 by_case.setdefault(r["case"], []).append(
                     (int(r["sm"]), int(r["start_ns"]) / 1e3, int(r["looped_ns"]) / 1e3, int(r["end_ns"]) / 1e3))

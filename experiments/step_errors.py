@@ -109,14 +109,15 @@ def replay(rows, profile: str = "h100.measured") -> list[tuple]:
     return out
 
 
-def stream_rows(path: str = CSV) -> list[tuple]:
+def stream_rows(path: str = CSV, bench: str = "dot_chain_stream") -> list[tuple]:
     """(block_m, block_n, D, warps, CTAs an SM, how B and V come (a kind of
     compute_benches.STREAM_VARIANTS), registers, SMEM, measured cycles a step:
-    a CTA's own clock64) of each dot_chain_stream row."""
+    a CTA's own clock64) of each row of `bench` (dot_chain_stream or
+    dot_chain_stream_d64)."""
     out = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
-            if r["bench"] != "dot_chain_stream":
+            if r["bench"] != bench:
                 continue
             m = re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)_(\w+)", r["param"])
             bm, bn, d, warps, per_sm = map(int, m.groups()[:5])
@@ -204,12 +205,14 @@ def main(argv=None) -> int:
     ap.add_argument("--min-seqlen", type=int, default=4096)
     ap.add_argument("--stream", action="store_true",
                     help="the dot_chain_stream rows instead: what streaming B and V adds to a step, GPU and engine")
+    ap.add_argument("--stream-bench", default="dot_chain_stream", choices=("dot_chain_stream", "dot_chain_stream_d64"),
+                    help="with --stream: which bench's rows")
     ap.add_argument("--sass", action="store_true",
                     help="with --stream: also what streaming adds to a warp's trip of the loop in the sm_90 SASS "
                          "(cross-compiled here: a minute)")
     a = ap.parse_args(argv)
     if a.stream:
-        return print_stream(a.profile, a.sass)
+        return print_stream(a.profile, a.sass, a.stream_bench)
     if a.predictions and not os.path.exists(a.predictions):
         print(f"step_errors: no predictions file {a.predictions}", file=sys.stderr)
         return 2
@@ -237,11 +240,12 @@ def main(argv=None) -> int:
     return 0
 
 
-def print_stream(profile: str, with_sass: bool = False) -> int:
+def print_stream(profile: str, with_sass: bool = False, bench: str = "dot_chain_stream") -> int:
     from algorithms.errors import GpusimError
 
     try:
-        replayed = {key: (predicted, measured) for key, predicted, measured in replay_stream(stream_rows(), profile)}
+        replayed = {key: (predicted, measured)
+                    for key, predicted, measured in replay_stream(stream_rows(bench=bench), profile)}
     except (GpusimError, OSError) as e:
         print(f"step_errors: {e}", file=sys.stderr)
         return 2

@@ -148,7 +148,7 @@ def bench_dot_fill(r: Runner, K):
         a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
         b = (torch.randn(512 * bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
         iters = 4096 if not r.args.quick else 512
-        for per_sm in (1, 2):
+        for per_sm in per_sms:
             grid = r.sms * per_sm
             c = torch.empty(grid, device="cuda", dtype=torch.float32)
             clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
@@ -301,6 +301,12 @@ def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain"):
 # and the engine rank apart (128x64 and 128x128 with 8 warps, the GPU's best
 # and the explorer's pick at N16k; 64x64 and 64x128 with 4 warps)
 STREAM_CHAINS = ((128, 64, 128, 8), (128, 128, 128, 8), (64, 64, 128, 4), (64, 128, 128, 4))
+# ... and 64x64 at D = 64 with one and two warpgroups at 1-4 CTAs an SM
+# (dot_chain_stream_d64, session 39): fa2's stamps at D = 64 have the GPU's
+# 4-warp steps 20-29% longer than the engine's at three CTAs an SM, the
+# 8-warp ones within 9% (fa2_stamps_small_n_h100.csv.gz)
+STREAM_CHAINS_D64 = ((64, 64, 64, 4), (64, 64, 64, 8))
+STREAM_PER_SM_D64 = (1, 2, 3, 4)
 STREAM_TILES = 8        # B and V tiles every CTA cycles through in step: 0.5-2 MB, L2-resident
 STREAM_STAGES = 3       # as fa2's best configs
 # (kind, tiles, CTA c's first tile / c, stages): held; streamed in step at 3
@@ -311,24 +317,24 @@ STREAM_VARIANTS = (("held", 0, 0, 1), ("stream", STREAM_TILES, 0, STREAM_STAGES)
                    ("distinct", 512, 13, STREAM_STAGES))
 
 
-def bench_dot_chain_stream(r: Runner, K):
+def bench_dot_chain_stream(r: Runner, K, chains=STREAM_CHAINS, per_sms=(1, 2), bench="dot_chain_stream"):
     """What do a flash step's K/V loads add to its chain? dot_chain with B
     and V held on chip ('held', one stage, as dot_chain) and streamed from L2
     every step by cp.async (STREAM_VARIANTS: in step at 2, 3 and 4 stages,
-    each CTA on its own tiles at 3), one and two CTAs an SM where they fit:
-    rows dot_chain_stream, a CTA's own clock64 cycles an iteration (median
+    each CTA on its own tiles at 3), at each of `per_sms` CTAs an SM where
+    they fit: rows `bench`, a CTA's own clock64 cycles an iteration (median
     CTA). The engine replays the same loops (experiments/step_errors.py
     --stream; tests/test_dot_chain_stream.py)."""
     from triton.runtime.errors import OutOfResources
 
     torch = r.torch
-    for bm, bn, d, warps in STREAM_CHAINS:
+    for bm, bn, d, warps in chains:
         a = (torch.randn(bm, d, device="cuda") * 0.1).to(torch.bfloat16)
         most = max(tiles for _, tiles, _, _ in STREAM_VARIANTS)
         b = (torch.randn(most * d, bn, device="cuda") * 0.1).to(torch.bfloat16)
         v = (torch.randn(most * bn, d, device="cuda") * 0.1).to(torch.bfloat16)
         iters = 2048 if not r.args.quick else 256
-        for per_sm in (1, 2):
+        for per_sm in per_sms:
             grid = r.sms * per_sm
             c = torch.empty(grid, device="cuda", dtype=torch.float32)
             clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
@@ -347,11 +353,11 @@ def bench_dot_chain_stream(r: Runner, K):
                 regs = getattr(compiled, "n_regs", 0) or 0
                 if per_sm > 1 and (not r.smem_fits(per_sm, compiled.metadata.shared)
                                    or per_sm * regs * 32 * warps > r.props.regs_per_multiprocessor):
-                    continue    # two would not fit an SM: the second wave would run alone
+                    continue    # they would not fit an SM together: a second wave would run alone
                 with r.sampler() as s:
                     ms = r.event_loop(fn, n=5)
                 kmhz, cta_cycles = stamped_clock(clk)
-                r.add("dot_chain_stream", f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_{kind}", cta_cycles / iters,
+                r.add(bench, f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_{kind}", cta_cycles / iters,
                       "clk/iter", s.mhz, kmhz,
                       detail=f"dot_chain, B and V {'held on chip' if not tiles else f'streamed: {tiles} tiles, CTA c from tile {spread} x c, {stages} stages'}; "
                              f"{grid} CTAs ({per_sm} an SM; {regs} registers a thread), "

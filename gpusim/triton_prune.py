@@ -35,7 +35,6 @@ import algorithms
 from algorithms.errors import GpusimError, InvalidProblem
 from algorithms.problem import AttentionProblem, TileConfig
 
-# torch dtype names -> AttentionProblem dtypes
 # Configs kept by default. Of fa2's 36 on the H100, the fastest measured among
 # the model's 8 fastest came within 5% of the measured sweep's best in 23 of
 # 24 shapes (18 with 3), and live pruned autotunes picked within 5% of full
@@ -43,6 +42,7 @@ from algorithms.problem import AttentionProblem, TileConfig
 # with 3): experiments/results/top_pick_h100.md, autotune_prune_h100.md.
 DEFAULT_TOP_K = 8
 
+# torch dtype names -> AttentionProblem dtypes
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float8_e4m3fn": "fp8",
            "float8_e5m2": "fp8", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}
 _Q_NAMES = ("Q", "q", "q_ptr", "Q_ptr")

@@ -414,16 +414,19 @@ def mapping(rows):
         per_warp, how, row, clk = dispatch
         out[("launch", "warp_dispatch_cycles")] = (round(per_warp, 1), cite(how, row, clk))
     v, row = _val(rows, "cta_cycle", "0B_x1")
-    if v and row.get("clock_mhz_nvml") and dispatch is not None:
+    if v and row.get("clock_mhz_nvml"):
         clk = float(row["clock_mhz_nvml"])
         warps = CTA_CYCLE_THREADS // 32
-        launched = warps * dispatch[0]
+        # the round less its warps' dispatch where that was measured (the engine
+        # adds it per CTA); without cta_dispatch rows, the whole round
+        launched = warps * dispatch[0] if dispatch is not None else 0.0
+        less = (f", less its {warps} warps' dispatch ({warps} x {dispatch[0]:.1f}, "
+                f"launch.warp_dispatch_cycles) = {v * clk - launched:.0f}") if dispatch is not None else ""
         out[("launch", "cta_turnover_cycles")] = (round(v * clk - launched, 0), cite(
             f"CTAs of {CTA_CYCLE_THREADS} threads that do nothing, one per SM (all of an SM's SMEM "
             f"each), {v:.3f} us a round (slope between launches of {CTA_CYCLE_ROUNDS[0]} and "
             f"{CTA_CYCLE_ROUNDS[1]} rounds; {row.get('date', '')[:10]}) x {clk:.0f} MHz = "
-            f"{v * clk:.0f} cycles to start and retire a CTA, less its {warps} warps' dispatch "
-            f"({warps} x {dispatch[0]:.1f}, launch.warp_dispatch_cycles) = {v * clk - launched:.0f}", row, clk))
+            f"{v * clk:.0f} cycles to start and retire a CTA{less}", row, clk))
     v, row = _val(rows, "launch", "do_bench_empty_triton")
     if v:
         out[("launch", "kernel_launch_us")] = (round(v, 2), cite(

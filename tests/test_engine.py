@@ -17,12 +17,11 @@ from gpusim.profile import load_profile, parse_profile, profiles_dir
 H100 = load_profile("h100")
 
 
-def fixed_cost_s(warps: int, gpu=None) -> float:
-    """What a lone CTA of `warps` warps costs besides its work: the launch,
-    its warps' dispatch and its turnover (seconds)."""
-    gpu = gpu or H100
-    cycles = gpu.launch.cta_turnover_cycles + warps * gpu.launch.warp_dispatch_cycles
-    return gpu.launch.kernel_launch_us * 1e-6 + cycles / gpu.clock_hz
+def fixed_cost_s(warps: int) -> float:
+    """What a lone CTA of `warps` warps costs on H100 besides its work: the
+    launch, its warps' dispatch and its turnover (seconds)."""
+    cycles = H100.launch.cta_turnover_cycles + warps * H100.launch.warp_dispatch_cycles
+    return H100.launch.kernel_launch_us * 1e-6 + cycles / H100.clock_hz
 
 
 def profile_with(**changes):

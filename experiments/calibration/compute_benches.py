@@ -261,16 +261,29 @@ MORE_DOT_CHAINS = ((64, 32, 64, 4), (64, 32, 64, 8), (64, 32, 128, 8), (64, 64, 
                    (128, 32, 128, 8), (128, 64, 64, 4))
 
 
-def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain"):
+# The fp8 chains (rows `dot_chain_fp8`): the bf16 shapes again with e4m3
+# operands, P converted to e4m3. fa3_triton's fp8 rows are 12-21% fast on
+# `h100.measured` at D = 64 (mean signed -13.2%, validation_notes.md session
+# 39) where the GPU runs the fp8 kernel 5-8% slower than the bf16 one and the
+# model 12-15% faster: does the softmax keep the faster products from
+# paying off in the chain as well?
+FP8_DOT_CHAINS = DOT_CHAINS
+
+
+def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain", dtype: str = "bf16"):
     """Time per iteration of the dependent chain S = A·B -> exp2, row max ->
     acc += P·V with 1, 2 and 4 CTAs per SM (rows `bench`). With one CTA an
     iteration costs the chain's round trip; with more, the SM's throughput.
-    shapes: (BM, BN, D, warps), DOT_CHAINS unless given."""
+    shapes: (BM, BN, D, warps), DOT_CHAINS unless given. dtype: the
+    operands', bf16 or fp8 (e4m3; B and V stored transposed, K-major as fp8
+    wgmma takes them)."""
     torch = r.torch
+    fp8 = dtype == "fp8"
+    elem = torch.float8_e4m3fn if fp8 else torch.bfloat16
     for bm, bn, d, warps in shapes or DOT_CHAINS:
-        a = (torch.randn(bm, d, device="cuda") * 0.1).to(torch.bfloat16)
-        b = (torch.randn(d, bn, device="cuda") * 0.1).to(torch.bfloat16)
-        v = (torch.randn(bn, d, device="cuda") * 0.1).to(torch.bfloat16)
+        a = (torch.randn(bm, d, device="cuda") * 0.1).to(elem)
+        b = (torch.randn(*((bn, d) if fp8 else (d, bn)), device="cuda") * 0.1).to(elem)
+        v = (torch.randn(*((d, bn) if fp8 else (bn, d)), device="cuda") * 0.1).to(elem)
         iters = 2048 if not r.args.quick else 256
         for per_sm in (1, 2, 4):
             grid = r.sms * per_sm
@@ -279,7 +292,7 @@ def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain"):
 
             def fn():
                 return K["dot_chain"][(grid,)](a, b, v, c, iters, clk, clk, 0, BM=bm, BN=bn, BK=d, D=d,
-                                               CLOCKED=True, num_warps=warps, num_stages=1)
+                                               CLOCKED=True, FP8=fp8, num_warps=warps, num_stages=1)
 
             compiled = fn()
             torch.cuda.synchronize()
@@ -287,7 +300,7 @@ def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain"):
                 ms = r.event_loop(fn, n=7)
             kmhz, cta_cycles = stamped_clock(clk)
             r.add(bench, f"{bm}x{bn}x{d}_w{warps}_x{per_sm}", ms * 1e3 / iters, "us/iter", s.mhz, kmhz,
-                  detail=f"{grid} CTAs ({per_sm} per SM, if registers allow: "
+                  detail=f"{dtype}: {grid} CTAs ({per_sm} per SM, if registers allow: "
                          f"{getattr(compiled, 'n_regs', '?')} a thread) x {iters} iters; "
                          f"smem {compiled.metadata.shared} B; {ms:.3f} ms; flops/iter/CTA {4 * bm * bn * d}; "
                          f"kernel clock: clock64 over the global timer in each CTA of the last launch, median")

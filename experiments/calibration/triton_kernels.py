@@ -155,6 +155,14 @@ def triton_kernels():
         return tl.load(P + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :])
 
     @triton.jit
+    def operand(P, ROWS: tl.constexpr, COLS: tl.constexpr, K_MAJOR: tl.constexpr):
+        # a product's [ROWS, COLS] B operand (K = ROWS): row-major at P, or
+        # (K_MAJOR) stored transposed, [COLS, ROWS] row-major
+        if K_MAJOR:
+            return tl.trans(tile(P, COLS, ROWS))
+        return tile(P, ROWS, COLS)
+
+    @triton.jit
     def clock_stamp(CLK, slot: tl.constexpr, after):
         # CLK[cta, slot], CLK[cta, slot + 1] = the SM's clock64 and the global
         # timer (ns), read once `after` (an int32 scalar) is computed: cycles
@@ -317,7 +325,8 @@ def triton_kernels():
     @triton.jit
     def dot_chain(A, B, V, C, iters, CLK, STAMPS, first, BM: tl.constexpr, BN: tl.constexpr,
                   BK: tl.constexpr, D: tl.constexpr, CLOCKED: tl.constexpr = False,
-                  PHASE_STEPS: tl.constexpr = 0, TILES: tl.constexpr = 0, SPREAD: tl.constexpr = 0):
+                  PHASE_STEPS: tl.constexpr = 0, TILES: tl.constexpr = 0, SPREAD: tl.constexpr = 0,
+                  FP8: tl.constexpr = False):
         # A dependent chain per iteration, operands on chip: S = A·B (SMEM
         # operands), an exp2 and a row max on S, then acc += P·V with P from
         # registers -- the shape of a flash-attention step without its loads.
@@ -335,19 +344,22 @@ def triton_kernels():
         # (i + SPREAD x c) % TILES of each (SPREAD 0: every CTA the same one at
         # once, as a head's CTAs read its K/V), copied into SMEM ahead by
         # Triton's pipeliner (cp.async, num_stages).
+        # FP8: e4m3 operands and P converted to e4m3 for P·V. wgmma takes
+        # both fp8 operands K-major, so B holds Bᵀ ([BN, BK] tiles) and V
+        # holds Vᵀ ([D, BN]), as kernels/fa3.py's fp8 kernel reads K and Vᵀ.
         pid = tl.program_id(0)
         if CLOCKED:
             clock_stamp(CLK, 0, pid)
         a = tile(A, BM, BK)
-        b = tile(B, BK, BN)
-        v = tile(V, BN, D)
+        b = operand(B, BK, BN, FP8)
+        v = operand(V, BN, D, FP8)
         acc = tl.zeros([BM, D], tl.float32)
         m = tl.zeros([BM], tl.float32)
         for i in range(iters):
             if TILES:
                 j = (i + SPREAD * pid) % TILES
-                b = tile(B + j * BK * BN, BK, BN)
-                v = tile(V + j * BN * D, BN, D)
+                b = operand(B + j * BK * BN, BK, BN, FP8)
+                v = operand(V + j * BN * D, BN, D, FP8)
             s = tl.dot(a, b)
             m = tl.maximum(m, tl.max(s, 1))
             if PHASE_STEPS:

@@ -52,12 +52,15 @@ def chain_rows(bench: str = "dot_chain", path: str = CSV) -> list[tuple]:
     return out
 
 
-def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: int = 1, spread: int = 0):
+def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: int = 1, spread: int = 0,
+                   dtype: str = "bf16"):
     """The dot_chain kernel as fa2 runs its compute: one role per warpgroup,
     each its share of the rows (all of them, where 8 warps share 64 rows),
     meeting at a barrier every step. tiles: B and V streamed as fa2 streams
     K and V (cp.async, `stages` stages, each role copying its part), step i
-    of CTA c reading tile (i + spread x c) % tiles of each (dot_chain_stream)."""
+    of CTA c reading tile (i + spread x c) % tiles of each (dot_chain_stream).
+    dtype: the products' (fp8: dot_chain_fp8, whose problem is fp8 so the
+    engine takes the profile's fp8 step numbers)."""
     from algorithms.fa2 import step_ops, warpgroup_replicas
     from algorithms.ops import Load, MmaWait, Tile
     from algorithms.problem import AttentionProblem, TileConfig
@@ -67,8 +70,8 @@ def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: i
     roles = warps // 4
     reps = warpgroup_replicas(TileConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=1))
     # its instructions a step as ptxas compiled them, as fa2's come from its probe table
-    issued = dot_chain_loop(bm, bn, d, warps)["issue"] * 4 * 32
-    chain = step_ops("bf16", "wgmma", bm * reps // roles, bn, d, reps, issued=issued, warpgroups=roles)
+    issued = dot_chain_loop(bm, bn, d, warps, dtype)["issue"] * 4 * 32
+    chain = step_ops(dtype, "wgmma", bm * reps // roles, bn, d, reps, issued=issued, warpgroups=roles)
 
     def compute(i):
         return chain
@@ -90,20 +93,21 @@ def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: i
 
     launch = Launch("dot_chain", grid, 32 * warps, smem, regs, program,
                     classes=lambda: [(0, grid)], cost_key=lambda cta: 0)
-    problem = AttentionProblem(batch=1, heads=1, seqlen_q=bm, head_dim=d)
+    problem = AttentionProblem(batch=1, heads=1, seqlen_q=bm, head_dim=d, dtype=dtype)
     return Schedule("dot_chain", problem, None, (launch,), {})
 
 
-def replay(rows, profile: str = "h100.measured") -> list[tuple]:
+def replay(rows, profile: str = "h100.measured", dtype: str = "bf16") -> list[tuple]:
     """(shape and CTAs an SM, the engine's cycles a step, the measured ones) of
-    each row; h100.measured: the on-chip rates the rows were reduced with."""
+    each row; h100.measured: the on-chip rates the rows were reduced with.
+    dtype: the rows' (fp8 for dot_chain_fp8's)."""
     from gpusim.engine import simulate
     from gpusim.profile import load_profile
 
     gpu = load_profile(profile)
     out = []
     for bm, bn, d, warps, per_sm, regs, smem, measured in rows:
-        schedule = chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem)
+        schedule = chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem, dtype=dtype)
         predicted = simulate(schedule, gpu).runtime_s * gpu.clock_hz / ITERATIONS   # cycles a step
         out.append(((bm, bn, d, warps, per_sm), predicted, measured))
     return out
@@ -207,6 +211,8 @@ def main(argv=None) -> int:
                     help="the dot_chain_stream rows instead: what streaming B and V adds to a step, GPU and engine")
     ap.add_argument("--stream-bench", default="dot_chain_stream", choices=("dot_chain_stream", "dot_chain_stream_d64"),
                     help="with --stream: which bench's rows")
+    ap.add_argument("--fp8", action="store_true",
+                    help="the dot_chain_fp8 rows instead (e4m3 products, the profile's fp8 step numbers)")
     ap.add_argument("--sass", action="store_true",
                     help="with --stream: also what streaming adds to a warp's trip of the loop in the sm_90 SASS "
                          "(cross-compiled here: a minute)")
@@ -219,7 +225,10 @@ def main(argv=None) -> int:
     from algorithms.errors import GpusimError
 
     try:
-        replayed = replay([row for bench in BENCHES for row in chain_rows(bench)], a.profile)
+        if a.fp8:
+            replayed = replay(chain_rows("dot_chain_fp8"), a.profile, "fp8")
+        else:
+            replayed = replay([row for bench in BENCHES for row in chain_rows(bench)], a.profile)
     except (GpusimError, OSError) as e:
         print(f"step_errors: {e}", file=sys.stderr)
         return 2

@@ -36,7 +36,10 @@ SCHEMA: dict[str, dict[str, tuple[type, object, object]]] = {
     "units": {"exp2_per_clk_per_sm": (float, 1, 4096), "alu_ops_per_clk_per_sm": (float, 1, 8192),
               "smem_bytes_per_clk_per_sm": (float, 1, 8192),
               "tensor_alu_serial_fraction": (float, 0.0, 1.0),
-              "flash_step_latency_cycles": (float, 0.0, 1e5)},
+              "flash_step_latency_cycles": (float, 0.0, 1e5),
+              # ... the same two of the chain with fp8 products (calibrate.py dot_chain_fp8)
+              "tensor_alu_serial_fraction_fp8": (float, 0.0, 1.0),
+              "flash_step_latency_cycles_fp8": (float, 0.0, 1e5)},
     "l2": {"capacity_bytes": (int, 0, 1 << 34),
            # loads start to miss past this LRU depth (gpusim/engine/l2_lines.py); >= capacity: a plain LRU
            "keep_all_bytes": (int, 0, 1 << 34),

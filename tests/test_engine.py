@@ -151,6 +151,22 @@ def test_more_bandwidth_or_more_sms_never_slower(algo, change):
     assert more <= base * 1.0001
 
 
+def test_fp8_products_take_the_fp8_chain_numbers():
+    """The flash step's serial fraction and chain latency are measured apart
+    for fp8 products (calibrate.py dot_chain_fp8): an fp8 schedule is
+    charged with those, a bf16 one with the bf16 pair, neither with the
+    other's."""
+    p = AttentionProblem(batch=1, heads=8, seqlen_q=2048, head_dim=64, causal=True)
+    fp8 = algorithms.build("fa3_triton", p.with_(dtype="fp8"))
+    bf16 = algorithms.build("fa3_triton", p)
+    fp8_pair = {"units.tensor_alu_serial_fraction_fp8": 1.0, "units.flash_step_latency_cycles_fp8": 400.0}
+    bf16_pair = {"units.tensor_alu_serial_fraction": 1.0, "units.flash_step_latency_cycles": 400.0}
+    assert simulate(fp8, profile_with(**fp8_pair)).runtime_s > 1.1 * simulate(fp8, H100).runtime_s
+    assert simulate(fp8, profile_with(**bf16_pair)).runtime_s == simulate(fp8, H100).runtime_s
+    assert simulate(bf16, profile_with(**fp8_pair)).runtime_s == simulate(bf16, H100).runtime_s
+    assert simulate(bf16, profile_with(**bf16_pair)).runtime_s > 1.1 * simulate(bf16, H100).runtime_s
+
+
 def test_memory_bound_softmax_predicts_bytes_over_bandwidth():
     """standard's softmax reads S and writes P: nothing else bounds it."""
     p = AttentionProblem(batch=4, heads=16, seqlen_q=2048, head_dim=64)

@@ -115,24 +115,27 @@ def tensor_alu_serial_fractions(rows):
     return out
 
 
-def _dot_chain_steps(rows, rates):
+def _dot_chain_steps(rows, rates, dtype: str = "bf16"):
     """{shape_wN: (cycles a step with one CTA per SM, with the SM saturated
     (the lesser of the 2- and 4-CTA times per CTA), its products' cycles,
-    its softmax's cycles)} from the dot_chain rows, the parts at the SM's
-    measured rates: each product its tensor time or its SMEM operand reads,
-    whichever is longer; the softmax its exp2s on the MUFU and then its
-    other instructions on the issue slots, as the compiled loop has them
-    (dot_chain_loop), one after the other as fa2's steps charge them
-    (algorithms/fa2.step_ops). rates: per SM per clock, 'tensor' (flops),
-    'exp2', 'alu' (issue slots, thread-instructions), 'smem' (bytes), and
-    'operand_bytes' (HardwareProfile.wgmma_operand_bytes)."""
+    its softmax's cycles)} from the dot_chain rows (dot_chain_fp8's for
+    dtype fp8), the parts at the SM's measured rates: each product its
+    tensor time or its SMEM operand reads, whichever is longer; the softmax
+    its exp2s on the MUFU and then its other instructions on the issue
+    slots, as the compiled loop has them (dot_chain_loop), one after the
+    other as fa2's steps charge them (algorithms/fa2.step_ops). rates: per
+    SM per clock, 'tensor' (flops of the dtype), 'exp2', 'alu' (issue
+    slots, thread-instructions), 'smem' (bytes), and 'operand_bytes'
+    (HardwareProfile.wgmma_operand_bytes)."""
+    bench = DOT_CHAIN_BENCHES[dtype]
+    elem_bytes = 1 if dtype == "fp8" else 2
     timed, alone = {}, {}
     for r in rows:
         clock = row_clock(r)
-        if r["bench"] == "dot_chain" and clock:
+        if r["bench"] == bench and clock:
             shape, warps, ctas = r["param"].rsplit("_", 2)
             timed.setdefault((shape, warps), {})[int(ctas[1:])] = float(r["value"]) * clock   # µs x MHz
-        elif r["bench"] == "dot_chain_cta_cycles" and r["param"].endswith("_x1"):
+        elif r["bench"] == f"{bench}_cta_cycles" and r["param"].endswith("_x1"):
             # one CTA an SM: its own clock64 count, launch and clock aside
             shape, warps, _ = r["param"].rsplit("_", 2)
             alone[(shape, warps)] = float(r["value"])
@@ -145,15 +148,19 @@ def _dot_chain_steps(rows, rates):
 
         def product(m, n, k, a_in_smem):
             return max(2 * m * n * k / rates["tensor"],
-                       rates["operand_bytes"](m, n, k, 2, a_in_smem, n) / rates["smem"])
+                       rates["operand_bytes"](m, n, k, elem_bytes, a_in_smem, n) / rates["smem"])
 
-        loop = dot_chain_loop(bm, bn, d, n_warps)
+        loop = dot_chain_loop(bm, bn, d, n_warps, dtype)
         lanes = n_warps * 32
         softmax = (loop["mufu"] * lanes / rates["exp2"]
                    + (loop["issue"] - loop["mufu"]) * lanes / rates["alu"])
         out[f"{shape}_{warps}"] = (alone.get((shape, warps), t[1]), min(t[2] / 2, t[4] / 4),
                                    product(bm, bn, d, True) + product(bm, d, bn, False), softmax)
     return out
+
+
+# the dot_chain bench of each operand type (compute_benches.bench_dot_chain)
+DOT_CHAIN_BENCHES = {"bf16": "dot_chain", "fp8": "dot_chain_fp8"}
 
 
 def row_clock(row) -> float | None:
@@ -297,37 +304,47 @@ def mapping(rows):
     if bf16 and len(units) == 3:
         # every part in cycles, as dot_chain counts them: the tensor pipe at its
         # rate a clock (so the engine, charging products at that rate and the
-        # latency at the profile's clock, gives back the one-CTA step it was taken from)
-        chain_clocks = sorted(c for c in (row_clock(r) for r in rows if r["bench"] == "dot_chain") if c)
-        chain_clock = f"{chain_clocks[0]:.0f}-{chain_clocks[-1]:.0f} (per launch, in the kernel)" if chain_clocks else None
-        rates = {"tensor": per_clk, "exp2": units["exp2_per_clk_per_sm"],
-                 "alu": units["alu_ops_per_clk_per_sm"], "smem": units["smem_bytes_per_clk_per_sm"],
-                 "operand_bytes": _profile_module().parse_profile(base, BASE_PROFILE).wgmma_operand_bytes}
-        steps = _dot_chain_steps(rows, rates)
-        latencies = flash_step_latencies(steps)
-        row = next((r for r in rows if r["bench"] == "dot_chain"), None)
-        if latencies:
-            v = max(0.0, statistics.median(latencies.values()))
-            out[("units", "flash_step_latency_cycles")] = (round(v, 0), cite(
-                "one flash step's dependent chain on operands held on chip (S = A·B, row max, exp2, "
-                "acc += P·V), timed with one 4-warp CTA per SM, less its parts at the rates measured "
-                "here (tl.dot loop, SMEM operand reads; its exp2s on the MUFU, then its other "
-                "instructions, as its sm_90 loop has them, on the issue slots), in SM clocks: "
-                + ", ".join(f"{k} {x:.0f}" for k, x in latencies.items()) + f"; median {v:.0f}",
-                row, chain_clock))
-        fractions = chain_serial_fractions(steps)
-        if fractions:
-            v = min(1.0, max(0.0, statistics.median(fractions.values())))
-            earlier = ", ".join(f"{k} {x:.2f}" for k, x in serial.items())
-            out[("units", "tensor_alu_serial_fraction")] = (round(v, 2), cite(
-                "the same dot_chain kernel with 2 and 4 CTAs per SM (the SM saturated) takes its "
-                "products plus f x its softmax (its exp2s, then its other instructions, as its sm_90 "
-                "loop has them), the parts at the rates measured here; f per shape "
-                + ", ".join(f"{k} {x:.2f}" for k, x in fractions.items()) + f"; median {v:.2f}. "
-                "(dot_exp_overlap, with exp2-only or FMA-only CTAs beside product-only CTAs, gave "
-                + (earlier or "no rows") + ": separate streams of back-to-back MUFU or FFMA "
-                "instructions, not the attention mix, where each warp interleaves them with its "
-                "wgmma waits; the profile takes the chain's figure.)", row, chain_clock))
+        # latency at the profile's clock, gives back the one-CTA step it was taken from);
+        # fp8's products at the datasheet's fp8 / bf16 ratio of it, as the engine charges them
+        fp8_ratio = base["tensor_cores"]["peak_dense_tflops_fp8"] / peak16
+        for dtype, suffix, tensor_rate, what in (
+                ("bf16", "", per_clk, ""),
+                ("fp8", "_fp8", per_clk * fp8_ratio,
+                 f"the fp8 chain (e4m3 operands, P converted to e4m3; products at {fp8_ratio:g} x the bf16 "
+                 f"loop's rate a clock, the datasheet's ratio): ")):
+            bench = DOT_CHAIN_BENCHES[dtype]
+            chain_clocks = sorted(c for c in (row_clock(r) for r in rows if r["bench"] == bench) if c)
+            chain_clock = f"{chain_clocks[0]:.0f}-{chain_clocks[-1]:.0f} (per launch, in the kernel)" if chain_clocks else None
+            rates = {"tensor": tensor_rate, "exp2": units["exp2_per_clk_per_sm"],
+                     "alu": units["alu_ops_per_clk_per_sm"], "smem": units["smem_bytes_per_clk_per_sm"],
+                     "operand_bytes": _profile_module().parse_profile(base, BASE_PROFILE).wgmma_operand_bytes}
+            steps = _dot_chain_steps(rows, rates, dtype)
+            latencies = flash_step_latencies(steps)
+            row = next((r for r in rows if r["bench"] == bench), None)
+            if latencies:
+                v = max(0.0, statistics.median(latencies.values()))
+                out[("units", f"flash_step_latency_cycles{suffix}")] = (round(v, 0), cite(
+                    what + "one flash step's dependent chain on operands held on chip (S = A·B, row max, exp2, "
+                    "acc += P·V), timed with one 4-warp CTA per SM, less its parts at the rates measured "
+                    "here (tl.dot loop, SMEM operand reads; its exp2s on the MUFU, then its other "
+                    "instructions, as its sm_90 loop has them, on the issue slots), in SM clocks: "
+                    + ", ".join(f"{k} {x:.0f}" for k, x in latencies.items()) + f"; median {v:.0f}",
+                    row, chain_clock))
+            fractions = chain_serial_fractions(steps)
+            if fractions:
+                v = min(1.0, max(0.0, statistics.median(fractions.values())))
+                earlier = ", ".join(f"{k} {x:.2f}" for k, x in serial.items())
+                aside = "" if suffix else (
+                    " (dot_exp_overlap, with exp2-only or FMA-only CTAs beside product-only CTAs, gave "
+                    + (earlier or "no rows") + ": separate streams of back-to-back MUFU or FFMA "
+                    "instructions, not the attention mix, where each warp interleaves them with its "
+                    "wgmma waits; the profile takes the chain's figure.)")
+                out[("units", f"tensor_alu_serial_fraction{suffix}")] = (round(v, 2), cite(
+                    what + "the same dot_chain kernel with 2 and 4 CTAs per SM (the SM saturated) takes its "
+                    "products plus f x its softmax (its exp2s, then its other instructions, as its sm_90 "
+                    "loop has them), the parts at the rates measured here; f per shape "
+                    + ", ".join(f"{k} {x:.2f}" for k, x in fractions.items()) + f"; median {v:.2f}."
+                    + aside, row, chain_clock))
     # L2
     plateau, knee, pts = l2_plateau_and_knee(rows)
     if plateau:

@@ -197,9 +197,15 @@ class Engine(LoopSkipping, CtaGhosting):
         self.exp_rate = gpu.units.exp2_per_clk_per_sm * clock
         self.alu_rate = gpu.units.alu_ops_per_clk_per_sm * clock
         self.smem_rate = gpu.units.smem_bytes_per_clk_per_sm * clock
-        self.tensor_alu_serial = gpu.units.tensor_alu_serial_fraction
+        # the flash step's serial fraction and chain latency, measured apart
+        # for fp8 products: faster products, the same softmax and a little
+        # more of it (P converted to e4m3) make them 0.64 and 137 cycles
+        # against bf16's 0.53 and 110 (calibrate.py dot_chain_fp8, session 40)
+        fp8 = schedule.problem.dtype == "fp8"
+        units = gpu.units
+        self.tensor_alu_serial = units.tensor_alu_serial_fraction_fp8 if fp8 else units.tensor_alu_serial_fraction
         self.tma_extra = gpu.copy.tma_extra_latency_cycles / clock
-        self.step_latency = gpu.units.flash_step_latency_cycles / clock
+        self.step_latency = (units.flash_step_latency_cycles_fp8 if fp8 else units.flash_step_latency_cycles) / clock
         self.clock = clock
         self.launch_gap = gpu.launch.kernel_launch_us * 1e-6
         self.cta_turnover = gpu.launch.cta_turnover_cycles / clock

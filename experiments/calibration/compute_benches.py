@@ -269,14 +269,26 @@ MORE_DOT_CHAINS = ((64, 32, 64, 4), (64, 32, 64, 8), (64, 32, 128, 8), (64, 64, 
 # paying off in the chain as well?
 FP8_DOT_CHAINS = DOT_CHAINS
 
+# The chains with fa2's whole online softmax (rows `dot_chain_online`, held
+# out: no profile number is reduced from them), at 1-4 CTAs an SM: fa2's
+# stamps have its 4-warp steps at D = 64 20-29% longer on the GPU than in the
+# engine with three or four CTAs an SM, where the bare chain is within 4%
+# and streaming K/V costs the GPU less than the engine (validation_notes.md,
+# session 39). fa2's compiled step issues twice the bare chain's
+# instructions (266 against 133 a warp at 64x64, D = 64, 4 warps).
+ONLINE_DOT_CHAINS = ((64, 64, 64, 4), (64, 32, 64, 4), (128, 64, 64, 4), (64, 64, 128, 4),
+                     (64, 64, 64, 8), (128, 64, 64, 8), (128, 64, 128, 8))
+ONLINE_PER_SM = (1, 2, 3, 4)
 
-def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain", dtype: str = "bf16"):
+
+def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain", dtype: str = "bf16",
+                    online: bool = False, per_sms=(1, 2, 4)):
     """Time per iteration of the dependent chain S = A·B -> exp2, row max ->
-    acc += P·V with 1, 2 and 4 CTAs per SM (rows `bench`). With one CTA an
+    acc += P·V with `per_sms` CTAs per SM (rows `bench`). With one CTA an
     iteration costs the chain's round trip; with more, the SM's throughput.
     shapes: (BM, BN, D, warps), DOT_CHAINS unless given. dtype: the
     operands', bf16 or fp8 (e4m3; B and V stored transposed, K-major as fp8
-    wgmma takes them)."""
+    wgmma takes them). online: fa2's whole online softmax in each step."""
     torch = r.torch
     fp8 = dtype == "fp8"
     elem = torch.float8_e4m3fn if fp8 else torch.bfloat16
@@ -285,14 +297,15 @@ def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain", dtype: 
         b = (torch.randn(*((bn, d) if fp8 else (d, bn)), device="cuda") * 0.1).to(elem)
         v = (torch.randn(*((d, bn) if fp8 else (bn, d)), device="cuda") * 0.1).to(elem)
         iters = 2048 if not r.args.quick else 256
-        for per_sm in (1, 2, 4):
+        for per_sm in per_sms:
             grid = r.sms * per_sm
             c = torch.empty(grid, device="cuda", dtype=torch.float32)
             clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
 
             def fn():
                 return K["dot_chain"][(grid,)](a, b, v, c, iters, clk, clk, 0, BM=bm, BN=bn, BK=d, D=d,
-                                               CLOCKED=True, FP8=fp8, num_warps=warps, num_stages=1)
+                                               CLOCKED=True, FP8=fp8, ONLINE=online, num_warps=warps,
+                                               num_stages=1)
 
             compiled = fn()
             torch.cuda.synchronize()
@@ -300,7 +313,7 @@ def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain", dtype: 
                 ms = r.event_loop(fn, n=7)
             kmhz, cta_cycles = stamped_clock(clk)
             r.add(bench, f"{bm}x{bn}x{d}_w{warps}_x{per_sm}", ms * 1e3 / iters, "us/iter", s.mhz, kmhz,
-                  detail=f"{dtype}: {grid} CTAs ({per_sm} per SM, if registers allow: "
+                  detail=f"{dtype}{', online softmax' if online else ''}: {grid} CTAs ({per_sm} per SM, if registers allow: "
                          f"{getattr(compiled, 'n_regs', '?')} a thread) x {iters} iters; "
                          f"smem {compiled.metadata.shared} B; {ms:.3f} ms; flops/iter/CTA {4 * bm * bn * d}; "
                          f"kernel clock: clock64 over the global timer in each CTA of the last launch, median")

@@ -9,6 +9,8 @@ def triton_kernels():
     import triton
     import triton.language as tl
 
+    from kernels.online_softmax import softmax_update
+
     @triton.jit
     def hbm_read(X, OUT, BLOCK: tl.constexpr):
         pid = tl.program_id(0).to(tl.int64)
@@ -326,7 +328,7 @@ def triton_kernels():
     def dot_chain(A, B, V, C, iters, CLK, STAMPS, first, BM: tl.constexpr, BN: tl.constexpr,
                   BK: tl.constexpr, D: tl.constexpr, CLOCKED: tl.constexpr = False,
                   PHASE_STEPS: tl.constexpr = 0, TILES: tl.constexpr = 0, SPREAD: tl.constexpr = 0,
-                  FP8: tl.constexpr = False):
+                  FP8: tl.constexpr = False, ONLINE: tl.constexpr = False):
         # A dependent chain per iteration, operands on chip: S = A·B (SMEM
         # operands), an exp2 and a row max on S, then acc += P·V with P from
         # registers -- the shape of a flash-attention step without its loads.
@@ -347,6 +349,9 @@ def triton_kernels():
         # FP8: e4m3 operands and P converted to e4m3 for P·V. wgmma takes
         # both fp8 operands K-major, so B holds Bᵀ ([BN, BK] tiles) and V
         # holds Vᵀ ([D, BN]), as kernels/fa3.py's fp8 kernel reads K and Vᵀ.
+        # ONLINE: fa2's whole online softmax instead of the bare chain (the
+        # scale, the correction exp2, the row sum and the rescale of acc:
+        # kernels/online_softmax.softmax_update, as kernels/fa2.py's step).
         pid = tl.program_id(0)
         if CLOCKED:
             clock_stamp(CLK, 0, pid)
@@ -355,18 +360,25 @@ def triton_kernels():
         v = operand(V, BN, D, FP8)
         acc = tl.zeros([BM, D], tl.float32)
         m = tl.zeros([BM], tl.float32)
+        l = tl.zeros([BM], tl.float32)
         for i in range(iters):
             if TILES:
                 j = (i + SPREAD * pid) % TILES
                 b = operand(B + j * BK * BN, BK, BN, FP8)
                 v = operand(V + j * BN * D, BN, D, FP8)
             s = tl.dot(a, b)
-            m = tl.maximum(m, tl.max(s, 1))
-            if PHASE_STEPS:
-                phase_stamp(STAMPS, i - first, m, BM, PHASE_STEPS)
-            p = tl.exp2(s * 0.01 - m[:, None] * 0.01)
+            if ONLINE:
+                p, alpha, l, m = softmax_update(s, m, l, 0.01)
+                acc = acc * alpha[:, None]
+            else:
+                m = tl.maximum(m, tl.max(s, 1))
+                if PHASE_STEPS:
+                    phase_stamp(STAMPS, i - first, m, BM, PHASE_STEPS)
+                p = tl.exp2(s * 0.01 - m[:, None] * 0.01)
             acc = tl.dot(p.to(v.dtype), v, acc)
         out = tl.sum(tl.sum(acc, 1), 0) + tl.sum(m, 0)
+        if ONLINE:
+            out += tl.sum(l, 0)
         tl.store(C + pid, out)
         if CLOCKED:
             clock_stamp(CLK, 2, out.to(tl.int32, bitcast=True))

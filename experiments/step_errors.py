@@ -53,14 +53,15 @@ def chain_rows(bench: str = "dot_chain", path: str = CSV) -> list[tuple]:
 
 
 def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: int = 1, spread: int = 0,
-                   dtype: str = "bf16"):
+                   dtype: str = "bf16", online: bool = False):
     """The dot_chain kernel as fa2 runs its compute: one role per warpgroup,
     each its share of the rows (all of them, where 8 warps share 64 rows),
     meeting at a barrier every step. tiles: B and V streamed as fa2 streams
     K and V (cp.async, `stages` stages, each role copying its part), step i
     of CTA c reading tile (i + spread x c) % tiles of each (dot_chain_stream).
     dtype: the products' (fp8: dot_chain_fp8, whose problem is fp8 so the
-    engine takes the profile's fp8 step numbers)."""
+    engine takes the profile's fp8 step numbers). online: fa2's whole online
+    softmax (dot_chain_online), its instructions as compiled."""
     from algorithms.fa2 import step_ops, warpgroup_replicas
     from algorithms.ops import Load, MmaWait, Tile
     from algorithms.problem import AttentionProblem, TileConfig
@@ -70,7 +71,7 @@ def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: i
     roles = warps // 4
     reps = warpgroup_replicas(TileConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=1))
     # its instructions a step as ptxas compiled them, as fa2's come from its probe table
-    issued = dot_chain_loop(bm, bn, d, warps, dtype)["issue"] * 4 * 32
+    issued = dot_chain_loop(bm, bn, d, warps, dtype, online)["issue"] * 4 * 32
     chain = step_ops(dtype, "wgmma", bm * reps // roles, bn, d, reps, issued=issued, warpgroups=roles)
 
     def compute(i):
@@ -97,17 +98,18 @@ def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: i
     return Schedule("dot_chain", problem, None, (launch,), {})
 
 
-def replay(rows, profile: str = "h100.measured", dtype: str = "bf16") -> list[tuple]:
+def replay(rows, profile: str = "h100.measured", dtype: str = "bf16", online: bool = False) -> list[tuple]:
     """(shape and CTAs an SM, the engine's cycles a step, the measured ones) of
     each row; h100.measured: the on-chip rates the rows were reduced with.
-    dtype: the rows' (fp8 for dot_chain_fp8's)."""
+    dtype: the rows' (fp8 for dot_chain_fp8's); online: dot_chain_online's."""
     from gpusim.engine import simulate
     from gpusim.profile import load_profile
 
     gpu = load_profile(profile)
     out = []
     for bm, bn, d, warps, per_sm, regs, smem, measured in rows:
-        schedule = chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem, dtype=dtype)
+        schedule = chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem, dtype=dtype,
+                                  online=online)
         predicted = simulate(schedule, gpu).runtime_s * gpu.clock_hz / ITERATIONS   # cycles a step
         out.append(((bm, bn, d, warps, per_sm), predicted, measured))
     return out
@@ -152,14 +154,20 @@ def replay_stream(rows, profile: str = "h100.measured") -> list[tuple]:
 
 def step_error_by_occupancy(replayed) -> dict:
     """{(block_m, block_n, D, warps): {CTAs an SM: engine / measured - 1}}, 3
-    CTAs an SM taken as the mean of 2 and 4."""
+    CTAs an SM, where no row has it, taken as the mean of 2 and 4 (marked by
+    measured_counts)."""
     out: dict = {}
     for (bm, bn, d, warps, per_sm), predicted, measured in replayed:
         out.setdefault((bm, bn, d, warps), {})[per_sm] = predicted / measured - 1
     for errors in out.values():
-        if 2 in errors and 4 in errors:
+        if 3 not in errors and 2 in errors and 4 in errors:
             errors[3] = (errors[2] + errors[4]) / 2
     return out
+
+
+def measured_counts(replayed) -> list[int]:
+    """The CTAs an SM the rows were measured at."""
+    return sorted({key[4] for key, _, _ in replayed})
 
 
 def fa2_pairs(by_shape: dict, predictions: str, measured: str = MEASURED, min_seqlen: int = 4096):
@@ -213,6 +221,8 @@ def main(argv=None) -> int:
                     help="with --stream: which bench's rows")
     ap.add_argument("--fp8", action="store_true",
                     help="the dot_chain_fp8 rows instead (e4m3 products, the profile's fp8 step numbers)")
+    ap.add_argument("--online", action="store_true",
+                    help="the dot_chain_online rows instead (fa2's whole online softmax, held out)")
     ap.add_argument("--sass", action="store_true",
                     help="with --stream: also what streaming adds to a warp's trip of the loop in the sm_90 SASS "
                          "(cross-compiled here: a minute)")
@@ -227,16 +237,19 @@ def main(argv=None) -> int:
     try:
         if a.fp8:
             replayed = replay(chain_rows("dot_chain_fp8"), a.profile, "fp8")
+        elif a.online:
+            replayed = replay(chain_rows("dot_chain_online"), a.profile, online=True)
         else:
             replayed = replay([row for bench in BENCHES for row in chain_rows(bench)], a.profile)
     except (GpusimError, OSError) as e:
         print(f"step_errors: {e}", file=sys.stderr)
         return 2
     by_shape = step_error_by_occupancy(replayed)
-    print("shape (block_m x block_n x D, warps): engine error at 1 / 2 / 4 CTAs an SM")
+    counts = measured_counts(replayed)
+    print("shape (block_m x block_n x D, warps): engine error at " + " / ".join(map(str, counts)) + " CTAs an SM")
     for (bm, bn, d, warps), errors in sorted(by_shape.items()):
-        print(f"  {bm}x{bn}x{d} w{warps}: " + " / ".join(f"{100 * errors[n]:+5.1f}%" for n in (1, 2, 4)))
-    errors = [e for row in by_shape.values() for n, e in row.items() if n != 3]
+        print(f"  {bm}x{bn}x{d} w{warps}: " + " / ".join(f"{100 * errors[n]:+5.1f}%" for n in counts))
+    errors = [e for row in by_shape.values() for n, e in row.items() if n in counts]
     print(f"{len(errors)} rows: mean |error| {100 * sum(map(abs, errors)) / len(errors):.1f}%, "
           f"max {100 * max(map(abs, errors)):.1f}%")
     if a.predictions:

@@ -265,7 +265,7 @@ MORE_DOT_CHAINS = ((64, 32, 64, 4), (64, 32, 64, 8), (64, 32, 128, 8), (64, 64, 
 # operands, P converted to e4m3. fa3_triton's fp8 rows are 12-21% fast on
 # `h100.measured` at D = 64 (mean signed -13.2%, validation_notes.md session
 # 39) where the GPU runs the fp8 kernel 5-8% slower than the bf16 one and the
-# model 12-15% faster: does the softmax keep the faster products from
+# model 5-15% faster: does the softmax keep the faster products from
 # paying off in the chain as well?
 FP8_DOT_CHAINS = DOT_CHAINS
 
@@ -313,7 +313,8 @@ def bench_dot_chain(r: Runner, K, shapes=None, bench: str = "dot_chain", dtype: 
                 ms = r.event_loop(fn, n=7)
             kmhz, cta_cycles = stamped_clock(clk)
             r.add(bench, f"{bm}x{bn}x{d}_w{warps}_x{per_sm}", ms * 1e3 / iters, "us/iter", s.mhz, kmhz,
-                  detail=f"{dtype}{', online softmax' if online else ''}: {grid} CTAs ({per_sm} per SM, if registers allow: "
+                  detail=f"{dtype}{', online softmax' if online else ''}: "
+                         f"{grid} CTAs ({per_sm} per SM, if registers allow: "
                          f"{getattr(compiled, 'n_regs', '?')} a thread) x {iters} iters; "
                          f"smem {compiled.metadata.shared} B; {ms:.3f} ms; flops/iter/CTA {4 * bm * bn * d}; "
                          f"kernel clock: clock64 over the global timer in each CTA of the last launch, median")

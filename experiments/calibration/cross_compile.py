@@ -154,8 +154,9 @@ def _dot_chain_loops(path: str) -> dict:
     try:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
-        return {(r["shape"], int(r["num_warps"]), r["dtype"], r["softmax"] == "online"): {"issue": int(r["issue_per_iter"]), "mufu": int(r["mufu_per_iter"]),
-                                                    "stall_clocks": int(r["stall_clocks_per_iter"])} for r in rows}
+        return {(r["shape"], int(r["num_warps"]), r["dtype"], r["softmax"] == "online"):
+                {"issue": int(r["issue_per_iter"]), "mufu": int(r["mufu_per_iter"]),
+                 "stall_clocks": int(r["stall_clocks_per_iter"])} for r in rows}
     except (OSError, KeyError, ValueError) as e:
         raise ResultsFileError(f"{path}: not a dot_chain loop table ({type(e).__name__}: {e}); "
                                f"write it with `python experiments/calibrate.py loops`") from None

@@ -115,6 +115,10 @@ def tensor_alu_serial_fractions(rows):
     return out
 
 
+# the dot_chain bench of each operand type (compute_benches.bench_dot_chain)
+DOT_CHAIN_BENCHES = {"bf16": "dot_chain", "fp8": "dot_chain_fp8"}
+
+
 def _dot_chain_steps(rows, rates, dtype: str = "bf16"):
     """{shape_wN: (cycles a step with one CTA per SM, with the SM saturated
     (the lesser of the 2- and 4-CTA times per CTA), its products' cycles,
@@ -157,10 +161,6 @@ def _dot_chain_steps(rows, rates, dtype: str = "bf16"):
         out[f"{shape}_{warps}"] = (alone.get((shape, warps), t[1]), min(t[2] / 2, t[4] / 4),
                                    product(bm, bn, d, True) + product(bm, d, bn, False), softmax)
     return out
-
-
-# the dot_chain bench of each operand type (compute_benches.bench_dot_chain)
-DOT_CHAIN_BENCHES = {"bf16": "dot_chain", "fp8": "dot_chain_fp8"}
 
 
 def row_clock(row) -> float | None:
@@ -307,6 +307,7 @@ def mapping(rows):
         # latency at the profile's clock, gives back the one-CTA step it was taken from);
         # fp8's products at the datasheet's fp8 / bf16 ratio of it, as the engine charges them
         fp8_ratio = base["tensor_cores"]["peak_dense_tflops_fp8"] / peak16
+        operand_bytes = _profile_module().parse_profile(base, BASE_PROFILE).wgmma_operand_bytes
         for dtype, suffix, tensor_rate, what in (
                 ("bf16", "", per_clk, ""),
                 ("fp8", "_fp8", per_clk * fp8_ratio,
@@ -317,7 +318,7 @@ def mapping(rows):
             chain_clock = f"{chain_clocks[0]:.0f}-{chain_clocks[-1]:.0f} (per launch, in the kernel)" if chain_clocks else None
             rates = {"tensor": tensor_rate, "exp2": units["exp2_per_clk_per_sm"],
                      "alu": units["alu_ops_per_clk_per_sm"], "smem": units["smem_bytes_per_clk_per_sm"],
-                     "operand_bytes": _profile_module().parse_profile(base, BASE_PROFILE).wgmma_operand_bytes}
+                     "operand_bytes": operand_bytes}
             steps = _dot_chain_steps(rows, rates, dtype)
             latencies = flash_step_latencies(steps)
             row = next((r for r in rows if r["bench"] == bench), None)

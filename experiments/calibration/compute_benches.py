@@ -344,14 +344,26 @@ STREAM_VARIANTS = (("held", 0, 0, 1), ("stream", STREAM_TILES, 0, STREAM_STAGES)
                    ("distinct", 512, 13, STREAM_STAGES))
 
 
-def bench_dot_chain_stream(r: Runner, K, chains=STREAM_CHAINS, per_sms=(1, 2), bench="dot_chain_stream"):
+# ... and 64x64 and 128x64 at D = 64 with fa2's whole online softmax
+# (dot_chain_online_stream, session 40): at N16k fa2's 4-warp configs with
+# two warps a sub-partition come out 10-16% fast in cycles, those with four
+# within 2.5%, while the online chain held on chip is within 1-10% at every
+# count (validation_notes.md, session 40)
+ONLINE_STREAM_CHAINS = ((64, 64, 64, 4), (128, 64, 64, 4), (128, 64, 64, 8))
+
+
+def bench_dot_chain_stream(r: Runner, K, chains=STREAM_CHAINS, per_sms=(1, 2), bench="dot_chain_stream",
+                           online: bool = False):
     """What do a flash step's K/V loads add to its chain? dot_chain with B
     and V held on chip ('held', one stage, as dot_chain) and streamed from L2
     every step by cp.async (STREAM_VARIANTS: in step at 2, 3 and 4 stages,
     each CTA on its own tiles at 3), at each of `per_sms` CTAs an SM where
     they fit: rows `bench`, a CTA's own clock64 cycles an iteration (median
-    CTA). The engine replays the same loops (experiments/step_errors.py
-    --stream; tests/test_dot_chain_stream.py)."""
+    CTA), and `{bench}_kernel`, the launch's time an iteration in cycles at
+    the clock read in the kernel (above the median CTA's where the CTAs an
+    SM do not run side by side throughout). online: fa2's whole online
+    softmax in each step. The engine replays the same loops
+    (experiments/step_errors.py --stream; tests/test_dot_chain_stream.py)."""
     from triton.runtime.errors import OutOfResources
 
     torch = r.torch
@@ -369,8 +381,8 @@ def bench_dot_chain_stream(r: Runner, K, chains=STREAM_CHAINS, per_sms=(1, 2), b
 
                 def fn():
                     return K["dot_chain"][(grid,)](a, b, v, c, iters, clk, clk, 0, BM=bm, BN=bn, BK=d, D=d,
-                                                   CLOCKED=True, TILES=tiles, SPREAD=spread, num_warps=warps,
-                                                   num_stages=stages)
+                                                   CLOCKED=True, TILES=tiles, SPREAD=spread, ONLINE=online,
+                                                   num_warps=warps, num_stages=stages)
 
                 try:
                     compiled = fn()
@@ -384,9 +396,14 @@ def bench_dot_chain_stream(r: Runner, K, chains=STREAM_CHAINS, per_sms=(1, 2), b
                 with r.sampler() as s:
                     ms = r.event_loop(fn, n=5)
                 kmhz, cta_cycles = stamped_clock(clk)
-                r.add(bench, f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_{kind}", cta_cycles / iters,
+                param = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_{kind}"
+                chain = "dot_chain with fa2's online softmax" if online else "dot_chain"
+                r.add(f"{bench}_kernel", param, ms * 1e3 / iters * kmhz, "clk/iter", s.mhz, kmhz,
+                      detail=f"{chain}: the launch's time an iteration, {ms:.3f} ms / {iters} iters, "
+                             f"in cycles at the clock read in the kernel ({kmhz:.0f} MHz)")
+                r.add(bench, param, cta_cycles / iters,
                       "clk/iter", s.mhz, kmhz,
-                      detail=f"dot_chain, B and V {'held on chip' if not tiles else f'streamed: {tiles} tiles, CTA c from tile {spread} x c, {stages} stages'}; "
+                      detail=f"{chain}, B and V {'held on chip' if not tiles else f'streamed: {tiles} tiles, CTA c from tile {spread} x c, {stages} stages'}; "
                              f"{grid} CTAs ({per_sm} an SM; {regs} registers a thread), "
                              f"smem {compiled.metadata.shared} B, {iters} iters, {ms:.3f} ms; a CTA's clock64 "
                              f"from its start to its end over its iterations (median CTA)")

@@ -115,27 +115,36 @@ def replay(rows, profile: str = "h100.measured", dtype: str = "bf16", online: bo
     return out
 
 
-def stream_rows(path: str = CSV, bench: str = "dot_chain_stream") -> list[tuple]:
+# the stream benches (calibrate.py), and whether their steps run fa2's whole online softmax
+STREAM_BENCHES = {"dot_chain_stream": False, "dot_chain_stream_d64": False, "dot_chain_online_stream": True}
+
+
+def stream_rows(path: str = CSV, bench: str = "dot_chain_stream", kernel: bool = False) -> list[tuple]:
     """(block_m, block_n, D, warps, CTAs an SM, how B and V come (a kind of
     compute_benches.STREAM_VARIANTS), registers, SMEM, measured cycles a step:
-    a CTA's own clock64) of each row of `bench` (dot_chain_stream or
-    dot_chain_stream_d64)."""
+    a CTA's own clock64) of each row of `bench` (STREAM_BENCHES); kernel: the
+    measured cycles are the launch's instead (its `{bench}_kernel` rows, where
+    the run has them: from session 40)."""
     out = []
     with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["bench"] != bench:
-                continue
-            m = re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)_(\w+)", r["param"])
-            bm, bn, d, warps, per_sm = map(int, m.groups()[:5])
-            regs = int(re.search(r"(\d+) registers a thread", r["detail"]).group(1))
-            smem = int(re.search(r"smem (\d+) B", r["detail"]).group(1))
-            out.append((bm, bn, d, warps, per_sm, m.group(6), regs, smem, float(r["value"])))
+        rows = list(csv.DictReader(f))
+    launch = {r["param"]: float(r["value"]) for r in rows if r["bench"] == f"{bench}_kernel"}
+    for r in rows:
+        if r["bench"] != bench or (kernel and r["param"] not in launch):
+            continue
+        m = re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)_(\w+)", r["param"])
+        bm, bn, d, warps, per_sm = map(int, m.groups()[:5])
+        regs = int(re.search(r"(\d+) registers a thread", r["detail"]).group(1))
+        smem = int(re.search(r"smem (\d+) B", r["detail"]).group(1))
+        measured = launch[r["param"]] if kernel else float(r["value"])
+        out.append((bm, bn, d, warps, per_sm, m.group(6), regs, smem, measured))
     return out
 
 
-def replay_stream(rows, profile: str = "h100.measured") -> list[tuple]:
+def replay_stream(rows, profile: str = "h100.measured", online: bool = False) -> list[tuple]:
     """(the row's key, the engine's cycles a step, the measured ones) of each
-    dot_chain_stream row, its B and V streamed as the bench streams them."""
+    dot_chain_stream row, its B and V streamed as the bench streams them
+    (online: dot_chain_online_stream's, fa2's whole online softmax)."""
     from gpusim.engine import simulate
     from gpusim.profile import load_profile
 
@@ -145,7 +154,8 @@ def replay_stream(rows, profile: str = "h100.measured") -> list[tuple]:
     out = []
     for bm, bn, d, warps, per_sm, kind, regs, smem, measured in rows:
         tiles, spread, stages = variants[kind]
-        schedule = chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem, tiles, stages, spread)
+        schedule = chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem, tiles, stages, spread,
+                                  online=online)
         # (its CTAs all run at once: the launch's time is a CTA's)
         predicted = simulate(schedule, gpu).runtime_s * gpu.clock_hz / ITERATIONS
         out.append(((bm, bn, d, warps, per_sm, kind), predicted, measured))
@@ -217,18 +227,21 @@ def main(argv=None) -> int:
     ap.add_argument("--min-seqlen", type=int, default=4096)
     ap.add_argument("--stream", action="store_true",
                     help="the dot_chain_stream rows instead: what streaming B and V adds to a step, GPU and engine")
-    ap.add_argument("--stream-bench", default="dot_chain_stream", choices=("dot_chain_stream", "dot_chain_stream_d64"),
+    ap.add_argument("--stream-bench", default="dot_chain_stream", choices=tuple(STREAM_BENCHES),
                     help="with --stream: which bench's rows")
     ap.add_argument("--fp8", action="store_true",
                     help="the dot_chain_fp8 rows instead (e4m3 products, the profile's fp8 step numbers)")
     ap.add_argument("--online", action="store_true",
                     help="the dot_chain_online rows instead (fa2's whole online softmax, held out)")
+    ap.add_argument("--kernel-time", action="store_true",
+                    help="with --stream: the GPU's cycles a step as the launch's time, not the median CTA's "
+                         "(rows from session 40 on)")
     ap.add_argument("--sass", action="store_true",
                     help="with --stream: also what streaming adds to a warp's trip of the loop in the sm_90 SASS "
                          "(cross-compiled here: a minute)")
     a = ap.parse_args(argv)
     if a.stream:
-        return print_stream(a.profile, a.sass, a.stream_bench)
+        return print_stream(a.profile, a.sass, a.stream_bench, a.kernel_time)
     if a.predictions and not os.path.exists(a.predictions):
         print(f"step_errors: no predictions file {a.predictions}", file=sys.stderr)
         return 2
@@ -262,16 +275,23 @@ def main(argv=None) -> int:
     return 0
 
 
-def print_stream(profile: str, with_sass: bool = False, bench: str = "dot_chain_stream") -> int:
+def print_stream(profile: str, with_sass: bool = False, bench: str = "dot_chain_stream",
+                 kernel: bool = False) -> int:
     from algorithms.errors import GpusimError
 
+    online = STREAM_BENCHES[bench]
     try:
+        rows = stream_rows(bench=bench, kernel=kernel)
+        if not rows:
+            print(f"step_errors: {CSV} has no {bench}{'_kernel' if kernel else ''} rows", file=sys.stderr)
+            return 2
         replayed = {key: (predicted, measured)
-                    for key, predicted, measured in replay_stream(stream_rows(bench=bench), profile)}
+                    for key, predicted, measured in replay_stream(rows, profile, online)}
     except (GpusimError, OSError) as e:
         print(f"step_errors: {e}", file=sys.stderr)
         return 2
-    print("shape, CTAs an SM, how B and V come: cycles a step held -> streamed (added), GPU | engine")
+    print(f"shape, CTAs an SM, how B and V come: cycles a step ({'the launch' if kernel else 'the median CTA'} "
+          f"on the GPU) held -> streamed (added), GPU | engine")
     for (bm, bn, d, warps, per_sm, kind), (predicted, measured) in sorted(replayed.items()):
         other = replayed.get((bm, bn, d, warps, per_sm, "held"))
         if kind == "held" or other is None:
@@ -283,8 +303,8 @@ def print_stream(profile: str, with_sass: bool = False, bench: str = "dot_chain_
         from experiments.calibration.cross_compile import compile_dot_chain_loop
         print("a warp's trip of the loop, held -> streamed (sm_90 SASS): issue slots, ptxas's stall clocks")
         for bm, bn, d, warps in sorted({key[:4] for key in replayed}):
-            held = compile_dot_chain_loop(bm, bn, d, warps)
-            streamed = compile_dot_chain_loop(bm, bn, d, warps, STREAM_TILES, STREAM_STAGES)
+            held = compile_dot_chain_loop(bm, bn, d, warps, online=online)
+            streamed = compile_dot_chain_loop(bm, bn, d, warps, STREAM_TILES, STREAM_STAGES, online=online)
             print(f"  {bm}x{bn}x{d} w{warps}: issue {held['issue']} -> {streamed['issue']} "
                   f"({streamed['issue'] - held['issue']:+d}), stall clocks {held['stall_clocks']} -> "
                   f"{streamed['stall_clocks']} ({streamed['stall_clocks'] - held['stall_clocks']:+d})")

@@ -53,7 +53,7 @@ def chain_rows(bench: str = "dot_chain", path: str = CSV) -> list[tuple]:
 
 
 def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: int = 1, spread: int = 0,
-                   dtype: str = "bf16", online: bool = False):
+                   dtype: str = "bf16", online: bool = False, variant: str = "held"):
     """The dot_chain kernel as fa2 runs its compute: one role per warpgroup,
     each its share of the rows (all of them, where 8 warps share 64 rows),
     meeting at a barrier every step. tiles: B and V streamed as fa2 streams
@@ -61,7 +61,9 @@ def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: i
     of CTA c reading tile (i + spread x c) % tiles of each (dot_chain_stream).
     dtype: the products' (fp8: dot_chain_fp8, whose problem is fp8 so the
     engine takes the profile's fp8 step numbers). online: fa2's whole online
-    softmax (dot_chain_online), its instructions as compiled."""
+    softmax (dot_chain_online). The step issues the instructions of the
+    loop as compiled: `variant`'s (a kind of STREAM_VARIANTS), copies and
+    all, as fa2's steps issue those of fa2's loop."""
     from algorithms.fa2 import step_ops, warpgroup_replicas
     from algorithms.ops import Load, MmaWait, Tile
     from algorithms.problem import AttentionProblem, TileConfig
@@ -71,7 +73,7 @@ def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: i
     roles = warps // 4
     reps = warpgroup_replicas(TileConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=1))
     # its instructions a step as ptxas compiled them, as fa2's come from its probe table
-    issued = dot_chain_loop(bm, bn, d, warps, dtype, online)["issue"] * 4 * 32
+    issued = dot_chain_loop(bm, bn, d, warps, dtype, online, variant)["issue"] * 4 * 32
     chain = step_ops(dtype, "wgmma", bm * reps // roles, bn, d, reps, issued=issued, warpgroups=roles)
 
     def compute(i):
@@ -155,7 +157,7 @@ def replay_stream(rows, profile: str = "h100.measured", online: bool = False) ->
     for bm, bn, d, warps, per_sm, kind, regs, smem, measured in rows:
         tiles, spread, stages = variants[kind]
         schedule = chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem, tiles, stages, spread,
-                                  online=online)
+                                  online=online, variant=kind)
         # (its CTAs all run at once: the launch's time is a CTA's)
         predicted = simulate(schedule, gpu).runtime_s * gpu.clock_hz / ITERATIONS
         out.append(((bm, bn, d, warps, per_sm, kind), predicted, measured))
@@ -238,7 +240,7 @@ def main(argv=None) -> int:
                          "(rows from session 40 on)")
     ap.add_argument("--sass", action="store_true",
                     help="with --stream: also what streaming adds to a warp's trip of the loop in the sm_90 SASS "
-                         "(cross-compiled here: a minute)")
+                         "(experiments/results/dot_chain_loops_sm90.csv)")
     a = ap.parse_args(argv)
     if a.stream:
         return print_stream(a.profile, a.sass, a.stream_bench, a.kernel_time)
@@ -299,12 +301,11 @@ def print_stream(profile: str, with_sass: bool = False, bench: str = "dot_chain_
         print(f"  {bm}x{bn}x{d} w{warps} x{per_sm} {kind:9s}: GPU {other[1]:.0f} -> {measured:.0f} "
               f"({measured - other[1]:+.0f}) | engine {other[0]:.0f} -> {predicted:.0f} ({predicted - other[0]:+.0f})")
     if with_sass:
-        from experiments.calibration.compute_benches import STREAM_STAGES, STREAM_TILES
-        from experiments.calibration.cross_compile import compile_dot_chain_loop
-        print("a warp's trip of the loop, held -> streamed (sm_90 SASS): issue slots, ptxas's stall clocks")
+        from experiments.calibration.cross_compile import dot_chain_loop
+        print("a warp's trip of the loop, held -> streamed at 3 stages (sm_90 SASS): issue slots, ptxas's stall clocks")
         for bm, bn, d, warps in sorted({key[:4] for key in replayed}):
-            held = compile_dot_chain_loop(bm, bn, d, warps, online=online)
-            streamed = compile_dot_chain_loop(bm, bn, d, warps, STREAM_TILES, STREAM_STAGES, online=online)
+            held = dot_chain_loop(bm, bn, d, warps, online=online)
+            streamed = dot_chain_loop(bm, bn, d, warps, online=online, variant="stream")
             print(f"  {bm}x{bn}x{d} w{warps}: issue {held['issue']} -> {streamed['issue']} "
                   f"({streamed['issue'] - held['issue']:+d}), stall clocks {held['stall_clocks']} -> "
                   f"{streamed['stall_clocks']} ({streamed['stall_clocks'] - held['stall_clocks']:+d})")

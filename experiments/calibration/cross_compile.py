@@ -15,7 +15,8 @@ from algorithms.errors import ResultsFileError
 from kernels.provenance import write_csv_atomic
 
 from . import ROOT
-from .compute_benches import DOT_CHAINS, FP8_DOT_CHAINS, MORE_DOT_CHAINS, ONLINE_DOT_CHAINS, WIDE_DOT_CHAINS
+from .compute_benches import (DOT_CHAINS, FP8_DOT_CHAINS, MORE_DOT_CHAINS, ONLINE_DOT_CHAINS, ONLINE_STREAM_CHAINS,
+                              STREAM_CHAINS, STREAM_CHAINS_D64, STREAM_VARIANTS, WIDE_DOT_CHAINS)
 from .cuda_kernels import compile_cuda
 from .triton_kernels import DOT_SHAPES, DOT_WARPS, triton_kernels
 
@@ -96,29 +97,29 @@ DOT_CHAIN_OPERANDS = {"bf16": "*bf16", "fp8": "*fp8e4nv"}
 
 
 def compile_dot_chain(bm: int, bn: int, d: int, warps: int, tiles: int = 0, stages: int = 1,
-                      dtype: str = "bf16", online: bool = False):
+                      dtype: str = "bf16", online: bool = False, spread: int = 0):
     """The dot_chain kernel cross-compiled for sm_90 here, as bench_dot_chain
-    launches it (tiles, stages: B and V streamed, as bench_dot_chain_stream's
-    in-step variants launch it; dtype: its operands', bf16 or fp8; online:
-    fa2's whole online softmax)."""
+    launches it (tiles, stages, spread: B and V streamed, as
+    bench_dot_chain_stream's variants launch it; dtype: its operands', bf16 or
+    fp8; online: fa2's whole online softmax)."""
     operand = DOT_CHAIN_OPERANDS[dtype]
     sig = {"A": operand, "B": operand, "V": operand, "C": "*fp32", "iters": "i32", "CLK": "*i64",
            "STAMPS": "*i64", "first": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
            "D": "constexpr", "CLOCKED": "constexpr", "PHASE_STEPS": "constexpr", "TILES": "constexpr",
            "SPREAD": "constexpr", "FP8": "constexpr", "ONLINE": "constexpr"}
     return compile_sm90(triton_kernels()["dot_chain"], sig,
-                        dict(BM=bm, BN=bn, BK=d, D=d, CLOCKED=True, PHASE_STEPS=0, TILES=tiles, SPREAD=0,
+                        dict(BM=bm, BN=bn, BK=d, D=d, CLOCKED=True, PHASE_STEPS=0, TILES=tiles, SPREAD=spread,
                              FP8=dtype == "fp8", ONLINE=online), warps=warps, stages=stages)
 
 
 def compile_dot_chain_loop(bm: int, bn: int, d: int, warps: int, tiles: int = 0, stages: int = 1,
-                           dtype: str = "bf16", online: bool = False) -> dict:
+                           dtype: str = "bf16", online: bool = False, spread: int = 0) -> dict:
     """The dot_chain kernel's loop as ptxas compiles it for sm_90
     (compile_dot_chain): per warp and trip, the instructions it issues
     besides its wgmma ('issue'), of which MUFU ('mufu'), and the stall
     clocks ptxas scheduled ('stall_clocks'); kernels/sass.py."""
     from kernels import sass
-    cubin = compile_dot_chain(bm, bn, d, warps, tiles, stages, dtype, online)
+    cubin = compile_dot_chain(bm, bn, d, warps, tiles, stages, dtype, online, spread)
     parts = sass.tensor_loop_parts(sass.cuobjdump(cubin, "-sass"))
     if not parts:
         raise RuntimeError(f"dot_chain {dtype} {bm}x{bn}x{d} w{warps}: no tensor loop in its sm_90 SASS")
@@ -126,24 +127,30 @@ def compile_dot_chain_loop(bm: int, bn: int, d: int, warps: int, tiles: int = 0,
 
 
 def cmd_loops(args) -> int:
-    """Write DOT_CHAIN_LOOPS: the compiled loop of every dot_chain shape, and
-    of the fp8 and online-softmax ones (benches dot_chain_fp8 and
-    dot_chain_online) (CPU only)."""
+    """Write DOT_CHAIN_LOOPS: the compiled loop of every dot_chain shape, of
+    the fp8 and online-softmax ones (benches dot_chain_fp8 and
+    dot_chain_online), and of the stream benches' variants (B and V streamed:
+    STREAM_VARIANTS) (CPU only)."""
     import triton
     from kernels.provenance import git_commit
     rows = []
-    shapes = [("bf16", False, shape) for shape in DOT_CHAINS + WIDE_DOT_CHAINS + MORE_DOT_CHAINS]
-    shapes += [("fp8", False, shape) for shape in FP8_DOT_CHAINS]
-    shapes += [("bf16", True, shape) for shape in ONLINE_DOT_CHAINS]
-    for dtype, online, (bm, bn, d, warps) in shapes:
-        loop = compile_dot_chain_loop(bm, bn, d, warps, dtype=dtype, online=online)
+    held = ("held", 0, 0, 1)
+    shapes = [("bf16", False, shape, held) for shape in DOT_CHAINS + WIDE_DOT_CHAINS + MORE_DOT_CHAINS]
+    shapes += [("fp8", False, shape, held) for shape in FP8_DOT_CHAINS]
+    shapes += [("bf16", True, shape, held) for shape in ONLINE_DOT_CHAINS]
+    streamed = [variant for variant in STREAM_VARIANTS if variant[0] != "held"]
+    for online, chains in ((False, STREAM_CHAINS + STREAM_CHAINS_D64), (True, ONLINE_STREAM_CHAINS)):
+        shapes += [("bf16", online, shape, variant) for shape in chains for variant in streamed]
+    for dtype, online, (bm, bn, d, warps), (variant, tiles, spread, stages) in shapes:
+        loop = compile_dot_chain_loop(bm, bn, d, warps, tiles, stages, dtype, online, spread)
         rows.append({"shape": f"{bm}x{bn}x{d}", "num_warps": warps, "dtype": dtype,
-                     "softmax": "online" if online else "chain", "issue_per_iter": loop["issue"],
+                     "softmax": "online" if online else "chain", "variant": variant,
+                     "issue_per_iter": loop["issue"],
                      "mufu_per_iter": loop["mufu"], "stall_clocks_per_iter": loop["stall_clocks"],
                      "triton": triton.__version__, "target": "cuda:90",
                      "git_commit": git_commit(), "date": _dt.date.today().isoformat(),
                      "command": "python experiments/calibrate.py loops"})
-        print(f"dot_chain {dtype} {rows[-1]['softmax']} {rows[-1]['shape']} w{warps}: {loop}")
+        print(f"dot_chain {dtype} {rows[-1]['softmax']} {variant} {rows[-1]['shape']} w{warps}: {loop}")
     write_csv_atomic(args.out, rows, list(rows[0]))
     print(f"wrote {args.out}")
     return 0
@@ -154,7 +161,7 @@ def _dot_chain_loops(path: str) -> dict:
     try:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
-        return {(r["shape"], int(r["num_warps"]), r["dtype"], r["softmax"] == "online"):
+        return {(r["shape"], int(r["num_warps"]), r["dtype"], r["softmax"] == "online", r["variant"]):
                 {"issue": int(r["issue_per_iter"]), "mufu": int(r["mufu_per_iter"]),
                  "stall_clocks": int(r["stall_clocks_per_iter"])} for r in rows}
     except (OSError, KeyError, ValueError) as e:
@@ -163,12 +170,13 @@ def _dot_chain_loops(path: str) -> dict:
 
 
 def dot_chain_loop(bm: int, bn: int, d: int, warps: int, dtype: str = "bf16", online: bool = False,
-                   path: str = DOT_CHAIN_LOOPS) -> dict:
+                   variant: str = "held", path: str = DOT_CHAIN_LOOPS) -> dict:
     """compile_dot_chain_loop's counts for one shape, from the committed table
-    (tests run Triton's interpreter, which cannot compile for sm_90)."""
-    loop = _dot_chain_loops(path).get((f"{bm}x{bn}x{d}", warps, dtype, online))
+    (tests run Triton's interpreter, which cannot compile for sm_90);
+    variant: how B and V come (a kind of STREAM_VARIANTS)."""
+    loop = _dot_chain_loops(path).get((f"{bm}x{bn}x{d}", warps, dtype, online, variant))
     if loop is None:
-        raise ResultsFileError(f"{path} has no {dtype}{' online' if online else ''} dot_chain {bm}x{bn}x{d} "
-                               f"with {warps} warps; "
+        raise ResultsFileError(f"{path} has no {dtype}{' online' if online else ''} {variant} dot_chain "
+                               f"{bm}x{bn}x{d} with {warps} warps; "
                                f"write it with `python experiments/calibrate.py loops`")
     return loop

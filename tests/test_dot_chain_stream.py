@@ -3,7 +3,7 @@ H100, session 37: dot_chain with B and V held on chip against streamed from L2
 by cp.async at 2, 3 and 4 stages, every CTA reading the same tile at once, as a
 head's CTAs read its K/V, or each its own; experiments/results/calibration_h100.csv),
 and the engine's replay of the same loops (experiments/step_errors.py --stream).
-Microbenchmark rows only, no attention timing. The engine misses them three
+Microbenchmark rows only, no attention timing. The engine misses them two
 ways, so the second test holds it where it stands and fails when it moves."""
 import os
 import sys
@@ -57,16 +57,23 @@ def test_what_streaming_costs_the_gpu(measured):
 
 
 def test_where_the_engine_parts_from_the_gpu(engine, measured):
-    """h100.measured: a lone CTA's three-stage stream the engine charges
-    18-147 cycles (the GPU 140-260); two stages 994-1731 (the GPU 512-624;
-    by our reading, every SM's copies at once queue at L2's one bandwidth);
-    two CTAs reading in step 566 (the GPU 27). validation_notes.md, session 37."""
+    """h100.measured, each loop issuing its own instructions as compiled
+    (the streamed ones' copies and all, as fa2's steps issue fa2's): a lone
+    CTA's three-stage stream the engine charges 120-268 cycles, the GPU
+    143-260, neither always more (session 40; replayed with the held loop's
+    instructions, as until then, the engine charged 18-147 and looked too
+    cheap by a factor two). Two stages it charges 994-1845, the GPU 497-624
+    (by our reading, every SM's copies at once queue at L2's one
+    bandwidth); two CTAs reading in step 564, the GPU 27."""
+    lone = []
     for key, value in engine.items():
         gpu = measured[key]
         if key[4] == 1 and key[5] in ("stream", "distinct"):
-            assert value < gpu - 5, (key, value, gpu)
+            assert abs(value - gpu) <= 80, (key, value, gpu)
+            lone.append(value < gpu)
         elif key[5] == "stream_s2":
             assert value > 1.5 * gpu, (key, value, gpu)
+    assert 0 < sum(lone) < len(lone) == 8
     assert engine[(64, 64, 128, 4, 2, "stream")] > 10 * measured[(64, 64, 128, 4, 2, "stream")]
 
 
@@ -76,11 +83,10 @@ def test_online_stream_at_the_launchs_time():
     SM), 128x64 w4 and w8 (1-2), D = 64, timed by the launch (the median
     CTA's clock64 runs short at 3-4 an SM). Three stages cost the GPU 95-213
     cycles a step at every count, in step or not: co-resident CTAs do not
-    hide them. The engine charges 0-140, less in every row, while it holds
-    the held rows within 10%. fa2's configs with these loops (their SASS
-    within 2-4% of fa2's instructions a trip) come out 1-10% fast in cycles
-    at N16k (validation_notes.md, session 40). Held where it stands: this
-    fails when the engine moves."""
+    hide them. The engine, each loop issuing its own instructions, charges
+    67-196, less in 14 of the 16 rows (64x64 w4 at two and three an SM and
+    128x64 w4 at two: 67-126 against 179-207), while it holds the held rows
+    within 10%. Held where it stands: this fails when the engine moves."""
     rows = stream_rows(bench="dot_chain_online_stream", kernel=True)
     assert len(rows) == 39
     measured = {row[:6]: row[8] for row in rows}
@@ -88,8 +94,8 @@ def test_online_stream_at_the_launchs_time():
     gpu, eng = _added(measured.items()), _added(predicted.items())
     three_stages = [key for key in gpu if key[5] in ("stream", "distinct")]
     assert len(three_stages) == 16
-    for key in three_stages:
-        assert 90 <= gpu[key] <= 220 and eng[key] < gpu[key], (key, gpu[key], eng[key])
+    assert all(90 <= gpu[key] <= 220 and 60 <= eng[key] <= gpu[key] + 55 for key in three_stages), (gpu, eng)
+    assert sum(eng[key] < gpu[key] for key in three_stages) == 14
     for key, value in measured.items():
         if key[5] == "held":
             assert abs(predicted[key] / value - 1) <= 0.10, (key, predicted[key], value)

@@ -227,14 +227,15 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", default="h100.measured")
     ap.add_argument("--predictions", help="validate.py's validation_predictions_<profile>.csv: correlate with fa2's errors")
     ap.add_argument("--min-seqlen", type=int, default=4096)
-    ap.add_argument("--stream", action="store_true",
-                    help="the dot_chain_stream rows instead: what streaming B and V adds to a step, GPU and engine")
+    rows = ap.add_mutually_exclusive_group()
+    rows.add_argument("--stream", action="store_true",
+                      help="the dot_chain_stream rows instead: what streaming B and V adds to a step, GPU and engine")
     ap.add_argument("--stream-bench", default="dot_chain_stream", choices=tuple(STREAM_BENCHES),
                     help="with --stream: which bench's rows")
-    ap.add_argument("--fp8", action="store_true",
-                    help="the dot_chain_fp8 rows instead (e4m3 products, the profile's fp8 step numbers)")
-    ap.add_argument("--online", action="store_true",
-                    help="the dot_chain_online rows instead (fa2's whole online softmax, held out)")
+    rows.add_argument("--fp8", action="store_true",
+                      help="the dot_chain_fp8 rows instead (e4m3 products, the profile's fp8 step numbers)")
+    rows.add_argument("--online", action="store_true",
+                      help="the dot_chain_online rows instead (fa2's whole online softmax, held out)")
     ap.add_argument("--kernel-time", action="store_true",
                     help="with --stream: the GPU's cycles a step as the launch's time, not the median CTA's "
                          "(rows from session 40 on)")

@@ -200,7 +200,8 @@ class Engine(LoopSkipping, CtaGhosting):
         # the flash step's serial fraction and chain latency, measured apart
         # for fp8 products: faster products, the same softmax and a little
         # more of it (P converted to e4m3) make them 0.64 and 137 cycles
-        # against bf16's 0.53 and 110 (calibrate.py dot_chain_fp8, session 40)
+        # against bf16's 0.52 and 110 (calibrate.py dot_chain_fp8, session 40;
+        # h100.measured)
         fp8 = schedule.problem.dtype == "fp8"
         units = gpu.units
         self.tensor_alu_serial = units.tensor_alu_serial_fraction_fp8 if fp8 else units.tensor_alu_serial_fraction

@@ -48,8 +48,8 @@ from algorithms.problem import DTYPE_BYTES
 from algorithms.schedule import Launch, Schedule
 
 from ..occupancy import WARP_SIZE
-from .counters import (ALU, DISPATCH_UNIT, HBM, L2, MISS, N_COUNTERS, PORT, REQ, SCRATCH, SFU, SM_UNITS, SMEM,
-                       STORE, TENSOR, UNITS)
+from .counters import (ALU, DISPATCH_UNIT, GLOBAL_UNITS, HBM, L2, MISS, N_COUNTERS, PORT, REQ, SCRATCH, SFU,
+                       SM_UNITS, SMEM, STORE, TENSOR, UNITS)
 from .environment import EngineEnvironment
 from .ghosting import GHOST_SAMPLES, CtaGhosting
 from .memory import MemorySystem
@@ -702,7 +702,7 @@ class Engine(LoopSkipping, CtaGhosting):
         n_sm = len(self.sms)
         out = {}
         for name in UNITS:
-            span = runtime * (n_sm if name in SM_UNITS or name == DISPATCH_UNIT else 1)
+            span = runtime * (1 if name in GLOBAL_UNITS else n_sm)     # the others: each SM's
             out[name] = min(1.0, (now[name] - before[name]) / span) if span > 0 else 0.0
         return out
 

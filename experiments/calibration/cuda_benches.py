@@ -9,6 +9,8 @@ import os
 import statistics
 import time
 
+from kernels.provenance import write_csv_atomic
+
 from .runner import SMEM_RESERVED_PER_CTA, Runner, _clock_of, spanned_rate
 from .triton_kernels import DOT_SHAPES, DOT_WARPS
 
@@ -628,7 +630,7 @@ def bench_cta_dispatch(r: Runner, mod, out_dir: str):
     src = cupy.random.random(most * max(CTA_DISPATCH_TILES) // 4, dtype=cupy.float32)
     dst = cupy.empty_like(src)
     stamps = cupy.zeros(4 * most, dtype=cupy.uint64)
-    lines = ["threads,per_sm,tile_bytes,cta,sm,start_ns,end_ns"]
+    stamp_rows = []
     for threads in CTA_DISPATCH_THREADS:
         for nbytes in CTA_DISPATCH_TILES:
             for per_sm in CTA_DISPATCH_PER_SM:
@@ -660,8 +662,8 @@ def bench_cta_dispatch(r: Runner, mod, out_dir: str):
                     cupy.cuda.Device().synchronize()
                 a = stamps[:4 * grid].get().reshape(grid, 4).astype(np.int64)
                 t0 = a[:, 0].min()
-                for c in range(grid):
-                    lines.append(f"{threads},{per_sm},{nbytes},{c},{a[c, 3]},{a[c, 0] - t0},{a[c, 2] - t0}")
+                stamp_rows += [{"threads": threads, "per_sm": per_sm, "tile_bytes": nbytes, "cta": c,
+                                "sm": a[c, 3], "start_ns": a[c, 0] - t0, "end_ns": a[c, 2] - t0} for c in range(grid)]
                 gaps, runs = [], (a[:, 2] - a[:, 0]) / 1e3
                 for sm in np.unique(a[:, 3]):
                     starts = np.sort(a[a[:, 3] == sm, 0])
@@ -675,9 +677,6 @@ def bench_cta_dispatch(r: Runner, mod, out_dir: str):
                              f"mean {np.mean(gaps):.3f}); a CTA ran median {np.median(runs):.3f} us "
                              f"(p90 {np.percentile(runs, 90):.3f}); the launch's CTA starts spanned "
                              f"{(a[:, 0].max() - t0) / 1e3:.2f} us")
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "cta_dispatch_stamps_h100.csv")
-    with open(path + ".tmp", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(path + ".tmp", path)
+    write_csv_atomic(os.path.join(out_dir, "cta_dispatch_stamps_h100.csv"), stamp_rows,
+                     ("threads", "per_sm", "tile_bytes", "cta", "sm", "start_ns", "end_ns"))
     del src, dst, stamps

@@ -15,6 +15,11 @@ config errors of fa2 are not its step chain's (validation_notes.md, session 33).
     PYTHONPATH=. python experiments/step_errors.py [--profile h100.measured]
         [--predictions experiments/results/validation_predictions_h100_measured.csv]
     PYTHONPATH=. python experiments/step_errors.py --stream [--sass]    # calibrate.py's dot_chain_stream rows
+
+--full replays in the engine's full simulation instead of its fast path;
+--sm-offsets gives every SM its own L2 round trip, as measured
+(latency_per_sm_h100.csv), which the shipped profiles leave out (session 41:
+with SMs alike, CTAs that start together stay in lock-step at L2).
 """
 from __future__ import annotations
 
@@ -28,6 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 CSV = os.path.join(ROOT, "experiments", "results", "calibration_h100.csv")
+# each SM's own L2 round trip (calibrate.py latency_per_sm; not in the shipped profiles)
+LATENCY_PER_SM = os.path.join(ROOT, "experiments", "results", "latency_per_sm_h100.csv")
 MEASURED = os.path.join(ROOT, "experiments", "results", "validation_h100.csv")
 BENCHES = ("dot_chain", "dot_chain_wide", "dot_chain_more")
 ITERATIONS = 2048  # as the microbenchmark runs them
@@ -100,10 +107,13 @@ def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: i
     return Schedule("dot_chain", problem, None, (launch,), {})
 
 
-def replay(rows, profile: str = "h100.measured", dtype: str = "bf16", online: bool = False) -> list[tuple]:
+def replay(rows, profile="h100.measured", dtype: str = "bf16", online: bool = False,
+           fast: bool = True) -> list[tuple]:
     """(shape and CTAs an SM, the engine's cycles a step, the measured ones) of
-    each row; h100.measured: the on-chip rates the rows were reduced with.
-    dtype: the rows' (fp8 for dot_chain_fp8's); online: dot_chain_online's."""
+    each row; h100.measured: the on-chip rates the rows were reduced with
+    (a profile name, path or HardwareProfile). dtype: the rows' (fp8 for
+    dot_chain_fp8's); online: dot_chain_online's. fast=False: the engine's
+    full simulation."""
     from gpusim.engine import simulate
     from gpusim.profile import load_profile
 
@@ -112,9 +122,33 @@ def replay(rows, profile: str = "h100.measured", dtype: str = "bf16", online: bo
     for bm, bn, d, warps, per_sm, regs, smem, measured in rows:
         schedule = chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem, dtype=dtype,
                                   online=online)
-        predicted = simulate(schedule, gpu).runtime_s * gpu.clock_hz / ITERATIONS   # cycles a step
+        predicted = simulate(schedule, gpu, fast=fast).runtime_s * gpu.clock_hz / ITERATIONS   # cycles a step
         out.append(((bm, bn, d, warps, per_sm), predicted, measured))
     return out
+
+
+def with_sm_offsets(profile: str, path: str | None = None):
+    """`profile` (a name or a path) with each SM's own L2 round trip, as
+    calibrate.py latency_per_sm measured it (`path`; LATENCY_PER_SM), for
+    l2.sm_latency_offsets_cycles, which the shipped profiles leave at []:
+    SMs alike, whose CTAs can stay in lock-step at L2 for good
+    (validation_notes.md, sessions 28 and 41). ProfileError, OSError or
+    ValueError (TOML) where either does not serve."""
+    import tomllib
+
+    from experiments.calibration.reduce import sm_latency_offsets
+    from gpusim.profile import ProfileError, parse_profile, profiles_dir
+
+    toml = profile if profile.endswith(".toml") else str(profiles_dir() / f"{profile}.toml")
+    with open(toml, "rb") as f:
+        data = tomllib.load(f)
+    path = path or LATENCY_PER_SM
+    with open(path, newline="") as f:
+        measured = sm_latency_offsets(list(csv.DictReader(f)), data["gpu"]["sm_count"])
+    if measured is None:
+        raise ProfileError(f"{path}: no latency_per_sm row for every one of {data['gpu']['sm_count']} SMs")
+    data["l2"]["sm_latency_offsets_cycles"] = measured[0]
+    return parse_profile(data, toml)
 
 
 # the stream benches (calibrate.py), and whether their steps run fa2's whole online softmax
@@ -143,10 +177,11 @@ def stream_rows(path: str = CSV, bench: str = "dot_chain_stream", kernel: bool =
     return out
 
 
-def replay_stream(rows, profile: str = "h100.measured", online: bool = False) -> list[tuple]:
+def replay_stream(rows, profile="h100.measured", online: bool = False, fast: bool = True) -> list[tuple]:
     """(the row's key, the engine's cycles a step, the measured ones) of each
     dot_chain_stream row, its B and V streamed as the bench streams them
-    (online: dot_chain_online_stream's, fa2's whole online softmax)."""
+    (online: dot_chain_online_stream's, fa2's whole online softmax).
+    fast=False: the engine's full simulation."""
     from gpusim.engine import simulate
     from gpusim.profile import load_profile
 
@@ -159,7 +194,7 @@ def replay_stream(rows, profile: str = "h100.measured", online: bool = False) ->
         schedule = chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem, tiles, stages, spread,
                                   online=online, variant=kind)
         # (its CTAs all run at once: the launch's time is a CTA's)
-        predicted = simulate(schedule, gpu).runtime_s * gpu.clock_hz / ITERATIONS
+        predicted = simulate(schedule, gpu, fast=fast).runtime_s * gpu.clock_hz / ITERATIONS
         out.append(((bm, bn, d, warps, per_sm, kind), predicted, measured))
     return out
 
@@ -239,24 +274,37 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel-time", action="store_true",
                     help="with --stream: the GPU's cycles a step as the launch's time, not the median CTA's "
                          "(rows from session 40 on)")
+    ap.add_argument("--full", action="store_true",
+                    help="the engine's full simulation, not its fast path (minutes a bench)")
+    ap.add_argument("--sm-offsets", action="store_true",
+                    help="each SM's own L2 round trip (experiments/results/latency_per_sm_h100.csv) on top of "
+                         "the profile, as l2.sm_latency_offsets_cycles")
     ap.add_argument("--sass", action="store_true",
                     help="with --stream: also what streaming adds to a warp's trip of the loop in the sm_90 SASS "
                          "(experiments/results/dot_chain_loops_sm90.csv)")
     a = ap.parse_args(argv)
+    from algorithms.errors import GpusimError
+
+    profile = a.profile
+    if a.sm_offsets:
+        try:
+            profile = with_sm_offsets(a.profile)
+        except (GpusimError, OSError, ValueError) as e:
+            print(f"step_errors: {e}", file=sys.stderr)
+            return 2
+    fast = not a.full
     if a.stream:
-        return print_stream(a.profile, a.sass, a.stream_bench, a.kernel_time)
+        return print_stream(profile, a.sass, a.stream_bench, a.kernel_time, fast)
     if a.predictions and not os.path.exists(a.predictions):
         print(f"step_errors: no predictions file {a.predictions}", file=sys.stderr)
         return 2
-    from algorithms.errors import GpusimError
-
     try:
         if a.fp8:
-            replayed = replay(chain_rows("dot_chain_fp8"), a.profile, "fp8")
+            replayed = replay(chain_rows("dot_chain_fp8"), profile, "fp8", fast=fast)
         elif a.online:
-            replayed = replay(chain_rows("dot_chain_online"), a.profile, online=True)
+            replayed = replay(chain_rows("dot_chain_online"), profile, online=True, fast=fast)
         else:
-            replayed = replay([row for bench in BENCHES for row in chain_rows(bench)], a.profile)
+            replayed = replay([row for bench in BENCHES for row in chain_rows(bench)], profile, fast=fast)
     except (GpusimError, OSError) as e:
         print(f"step_errors: {e}", file=sys.stderr)
         return 2
@@ -278,8 +326,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def print_stream(profile: str, with_sass: bool = False, bench: str = "dot_chain_stream",
-                 kernel: bool = False) -> int:
+def print_stream(profile, with_sass: bool = False, bench: str = "dot_chain_stream",
+                 kernel: bool = False, fast: bool = True) -> int:
     from algorithms.errors import GpusimError
 
     online = STREAM_BENCHES[bench]
@@ -289,7 +337,7 @@ def print_stream(profile: str, with_sass: bool = False, bench: str = "dot_chain_
             print(f"step_errors: {CSV} has no {bench}{'_kernel' if kernel else ''} rows", file=sys.stderr)
             return 2
         replayed = {key: (predicted, measured)
-                    for key, predicted, measured in replay_stream(rows, profile, online)}
+                    for key, predicted, measured in replay_stream(rows, profile, online, fast)}
     except (GpusimError, OSError) as e:
         print(f"step_errors: {e}", file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from experiments.step_errors import replay_stream, stream_rows  # noqa: E402
+from experiments.step_errors import main, replay_stream, stream_rows, with_sm_offsets  # noqa: E402
 
 
 def _added(pairs) -> dict:
@@ -99,3 +99,39 @@ def test_online_stream_at_the_launchs_time():
     for key, value in measured.items():
         if key[5] == "held":
             assert abs(predicted[key] / value - 1) <= 0.10, (key, predicted[key], value)
+
+
+def test_two_stages_are_dear_in_lock_step():
+    """Session 41: why the engine charges two stages twice what the GPU does.
+    A lone 64x64 w4 CTA an SM, D = 128, two stages (GPU 1515 cycles a step):
+    with every SM alike, the full simulation keeps all 132 CTAs in lock-step
+    and every step's copies meet at L2's one bandwidth at once (2082); with
+    each SM's own round trip as measured (latency_per_sm_h100.csv, 275-308
+    cycles) they fall apart within about a dozen steps and the step comes
+    to 1431 (-5.6%). The fast path, timing its first steps while still in
+    lock-step and skipping the rest at that period, keeps most of the cost
+    (1788): why the profiles ship without the offsets. Fails when either
+    moves."""
+    rows = [row for row in stream_rows() if row[:6] == (64, 64, 128, 4, 1, "stream_s2")]
+    gpu = rows[0][8]
+    offsets = with_sm_offsets("h100.measured")
+    assert len(offsets.l2.sm_latency_offsets_cycles) == 132
+    (_, alike, _), = replay_stream(rows, fast=False)
+    (_, apart, _), = replay_stream(rows, offsets, fast=False)
+    (_, skipped, _), = replay_stream(rows, offsets)
+    assert alike > 1.3 * gpu and abs(apart / gpu - 1) <= 0.10, (alike, apart, gpu)
+    assert skipped > 1.15 * apart, (skipped, apart)
+
+
+def test_sm_offsets_refuse_a_missing_file(tmp_path, capsys):
+    """--sm-offsets without the measurement: one line, exit status 2."""
+    import experiments.step_errors as step_errors
+
+    old = step_errors.LATENCY_PER_SM
+    step_errors.LATENCY_PER_SM = str(tmp_path / "none.csv")
+    try:
+        assert main(["--sm-offsets", "--stream"]) == 2
+    finally:
+        step_errors.LATENCY_PER_SM = old
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("step_errors:") and "none.csv" in err and "\n" not in err

@@ -98,6 +98,23 @@ def chase_latency(rows, regime: str, plain: str, profile_mhz: float):
     return (v, f" = {v:.0f} cycles", row) if v else (None, "", None)
 
 
+def sm_latency_offsets(rows, n_sms: int):
+    """(each SM's L2 round trip less the median SM's, by SM id; the round
+    trips, cycles; SM 0's row) from `latency_per_sm` rows, or None unless
+    all `n_sms` SMs have one."""
+    per_sm = {}
+    for r in rows:
+        if r["bench"] == "latency_per_sm" and r["param"].startswith("sm_"):
+            v, row = _val(rows, "latency_per_sm", r["param"])
+            if v:
+                per_sm[int(r["param"][3:])] = (v, row)
+    if sorted(per_sm) != list(range(n_sms)):
+        return None
+    cycles = [per_sm[i][0] for i in range(n_sms)]
+    middle = statistics.median(cycles)
+    return [round(c - middle, 1) + 0.0 for c in cycles], cycles, per_sm[0][1]
+
+
 def tensor_alu_serial_fractions(rows):
     """{shape/kind: f} from the dot_exp_overlap rows: with product CTAs and elementwise
     CTAs sharing each SM, T_split = T_dot + f x T_elementwise (f = 0: the units overlap
@@ -375,19 +392,13 @@ def mapping(rows):
     if cycles:
         out[("l2", "hit_latency_cycles")] = (round(cycles, 0), cite(
             f"1-thread pointer chase, ld.global.cg, 4 MB working set (L2 hits){how}", row))
-    per_sm = {}
-    for r in rows:
-        if r["bench"] == "latency_per_sm" and r["param"].startswith("sm_"):
-            v, row = _val(rows, "latency_per_sm", r["param"])
-            if v:
-                per_sm[int(r["param"][3:])] = (v, row)
-    if sorted(per_sm) == list(range(n_sms)):
-        cycles = [per_sm[i][0] for i in range(n_sms)]
-        middle = statistics.median(cycles)
-        out[("l2", "sm_latency_offsets_cycles")] = ([round(c - middle, 1) + 0.0 for c in cycles], cite(
+    per_sm = sm_latency_offsets(rows, n_sms)
+    if per_sm:
+        offsets, cycles, row = per_sm
+        out[("l2", "sm_latency_offsets_cycles")] = (offsets, cite(
             f"1-thread pointer chase from every SM at once (calibrate.py latency_per_sm), ld.global.cg, 4 MB "
-            f"L2-resident set: {min(cycles):.0f}-{max(cycles):.0f} cycles, median {middle:.0f}; each SM's "
-            f"less the median, by SM id", per_sm[0][1]))
+            f"L2-resident set: {min(cycles):.0f}-{max(cycles):.0f} cycles, median {statistics.median(cycles):.0f}; "
+            f"each SM's less the median, by SM id", row))
     # HBM
     v, row = _val(rows, "hbm_bandwidth", "copy")
     if v:

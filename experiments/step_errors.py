@@ -129,11 +129,11 @@ def replay(rows, profile="h100.measured", dtype: str = "bf16", online: bool = Fa
 
 def with_sm_offsets(profile: str, path: str | None = None):
     """`profile` (a name or a path) with each SM's own L2 round trip, as
-    calibrate.py latency_per_sm measured it (`path`; LATENCY_PER_SM), for
-    l2.sm_latency_offsets_cycles, which the shipped profiles leave at []:
-    SMs alike, whose CTAs can stay in lock-step at L2 for good
-    (validation_notes.md, sessions 28 and 41). ProfileError, OSError or
-    ValueError (TOML) where either does not serve."""
+    calibrate.py latency_per_sm measured it (`path`, by default
+    LATENCY_PER_SM), for l2.sm_latency_offsets_cycles, which the shipped
+    profiles leave at []: SMs alike, whose CTAs can stay in lock-step at L2
+    for good (validation_notes.md, sessions 28 and 41). ProfileError,
+    OSError or ValueError (TOML) where either does not serve."""
     import tomllib
 
     from experiments.calibration.reduce import sm_latency_offsets
@@ -142,11 +142,12 @@ def with_sm_offsets(profile: str, path: str | None = None):
     toml = profile if profile.endswith(".toml") else str(profiles_dir() / f"{profile}.toml")
     with open(toml, "rb") as f:
         data = tomllib.load(f)
+    sms = parse_profile(data, toml).gpu.sm_count     # (checks the file first)
     path = path or LATENCY_PER_SM
     with open(path, newline="") as f:
-        measured = sm_latency_offsets(list(csv.DictReader(f)), data["gpu"]["sm_count"])
+        measured = sm_latency_offsets(list(csv.DictReader(f)), sms)
     if measured is None:
-        raise ProfileError(f"{path}: no latency_per_sm row for every one of {data['gpu']['sm_count']} SMs")
+        raise ProfileError(f"{path}: no latency_per_sm row for every one of {sms} SMs")
     data["l2"]["sm_latency_offsets_cycles"] = measured[0]
     return parse_profile(data, toml)
 

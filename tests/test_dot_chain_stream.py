@@ -123,15 +123,17 @@ def test_two_stages_are_dear_in_lock_step():
     assert skipped > 1.15 * apart, (skipped, apart)
 
 
-def test_sm_offsets_refuse_a_missing_file(tmp_path, capsys):
-    """--sm-offsets without the measurement: one line, exit status 2."""
+@pytest.mark.parametrize("what", ["measurement", "profile"])
+def test_sm_offsets_refuse_what_is_missing(what, tmp_path, monkeypatch, capsys):
+    """--sm-offsets without the measurement or the profile: one line, exit status 2."""
     import experiments.step_errors as step_errors
 
-    old = step_errors.LATENCY_PER_SM
-    step_errors.LATENCY_PER_SM = str(tmp_path / "none.csv")
-    try:
-        assert main(["--sm-offsets", "--stream"]) == 2
-    finally:
-        step_errors.LATENCY_PER_SM = old
+    args = ["--sm-offsets", "--stream"]
+    if what == "measurement":
+        monkeypatch.setattr(step_errors, "LATENCY_PER_SM", str(tmp_path / "none.csv"))
+    else:
+        (tmp_path / "none.toml").write_text("[gpu]\nname = 'none'\n")
+        args += ["--profile", str(tmp_path / "none.toml")]
+    assert main(args) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("step_errors:") and "none.csv" in err and "\n" not in err
+    assert err.startswith("step_errors:") and "none." in err and "\n" not in err

@@ -60,7 +60,7 @@ def chain_rows(bench: str = "dot_chain", path: str = CSV) -> list[tuple]:
 
 
 def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: int = 1, spread: int = 0,
-                   dtype: str = "bf16", online: bool = False, variant: str = "held"):
+                   dtype: str = "bf16", online: bool = False, variant: str = "held", iterations: int = ITERATIONS):
     """The dot_chain kernel as fa2 runs its compute: one role per warpgroup,
     each its share of the rows (all of them, where 8 warps share 64 rows),
     meeting at a barrier every step. tiles: B and V streamed as fa2 streams
@@ -96,7 +96,7 @@ def chain_schedule(bm, bn, d, warps, grid, regs, smem, tiles: int = 0, stages: i
 
     def program(cta):
         return CtaProgram(tuple(
-            Role(f"warpgroup{k}", 4, (*pipelined_loop("chain", ITERATIONS, loads(k, cta), compute,
+            Role(f"warpgroup{k}", 4, (*pipelined_loop("chain", iterations, loads(k, cta), compute,
                                                       stages if tiles else 1, lambda i: 0, role=k, roles=roles),
                                       MmaWait(0)))      # the last P V, as fa2's epilogue waits
             for k in range(roles)))
@@ -178,11 +178,13 @@ def stream_rows(path: str = CSV, bench: str = "dot_chain_stream", kernel: bool =
     return out
 
 
-def replay_stream(rows, profile="h100.measured", online: bool = False, fast: bool = True) -> list[tuple]:
+def replay_stream(rows, profile="h100.measured", online: bool = False, fast: bool = True,
+                  iterations: int = ITERATIONS) -> list[tuple]:
     """(the row's key, the engine's cycles a step, the measured ones) of each
     dot_chain_stream row, its B and V streamed as the bench streams them
     (online: dot_chain_online_stream's, fa2's whole online softmax).
-    fast=False: the engine's full simulation."""
+    fast=False: the engine's full simulation; iterations: fewer steps than
+    the bench ran, for a quicker replay of a steady loop."""
     from gpusim.engine import simulate
     from gpusim.profile import load_profile
 
@@ -193,9 +195,9 @@ def replay_stream(rows, profile="h100.measured", online: bool = False, fast: boo
     for bm, bn, d, warps, per_sm, kind, regs, smem, measured in rows:
         tiles, spread, stages = variants[kind]
         schedule = chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem, tiles, stages, spread,
-                                  online=online, variant=kind)
+                                  online=online, variant=kind, iterations=iterations)
         # (its CTAs all run at once: the launch's time is a CTA's)
-        predicted = simulate(schedule, gpu, fast=fast).runtime_s * gpu.clock_hz / ITERATIONS
+        predicted = simulate(schedule, gpu, fast=fast).runtime_s * gpu.clock_hz / iterations
         out.append(((bm, bn, d, warps, per_sm, kind), predicted, measured))
     return out
 

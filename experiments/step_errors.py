@@ -127,29 +127,28 @@ def replay(rows, profile="h100.measured", dtype: str = "bf16", online: bool = Fa
     return out
 
 
-def with_sm_offsets(profile: str, path: str | None = None):
-    """`profile` (a name or a path) with each SM's own L2 round trip, as
-    calibrate.py latency_per_sm measured it (`path`, by default
+def with_sm_offsets(profile, path: str | None = None):
+    """`profile` (as load_profile takes it) with each SM's own L2 round trip,
+    as calibrate.py latency_per_sm measured it (`path`, by default
     LATENCY_PER_SM), for l2.sm_latency_offsets_cycles, which the shipped
     profiles leave at []: SMs alike, whose CTAs can stay in lock-step at L2
     for good (validation_notes.md, sessions 28 and 41). ProfileError,
-    OSError or ValueError (TOML) where either does not serve."""
-    import tomllib
-
+    OSError, ValueError or KeyError where either does not serve."""
     from experiments.calibration.reduce import sm_latency_offsets
-    from gpusim.profile import ProfileError, parse_profile, profiles_dir
+    from gpusim.profile import ProfileError, load_profile, parse_profile
 
-    toml = profile if profile.endswith(".toml") else str(profiles_dir() / f"{profile}.toml")
-    with open(toml, "rb") as f:
-        data = tomllib.load(f)
-    sms = parse_profile(data, toml).gpu.sm_count     # (checks the file first)
+    gpu = load_profile(profile)
     path = path or LATENCY_PER_SM
     with open(path, newline="") as f:
-        measured = sm_latency_offsets(list(csv.DictReader(f)), sms)
+        measured = sm_latency_offsets(list(csv.DictReader(f)), gpu.gpu.sm_count)
     if measured is None:
-        raise ProfileError(f"{path}: no latency_per_sm row for every one of {sms} SMs")
+        raise ProfileError(f"{path}: no latency_per_sm row for every one of {gpu.gpu.sm_count} SMs")
+    # the profile's own values again (parse_profile keeps lists as tuples), the offsets replaced
+    data = {name: {key: list(v) if isinstance(v, tuple) else v for key, v in section.as_dict().items()}
+            for name, section in gpu.sections.items()}
+    data["sources"] = dict(gpu.sources)
     data["l2"]["sm_latency_offsets_cycles"] = measured[0]
-    return parse_profile(data, toml)
+    return parse_profile(data, gpu.path)
 
 
 # the stream benches (calibrate.py), and whether their steps run fa2's whole online softmax
@@ -292,7 +291,7 @@ def main(argv=None) -> int:
     if a.sm_offsets:
         try:
             profile = with_sm_offsets(a.profile)
-        except (GpusimError, OSError, ValueError) as e:
+        except (GpusimError, OSError, ValueError, KeyError) as e:
             print(f"step_errors: {e}", file=sys.stderr)
             return 2
     fast = not a.full

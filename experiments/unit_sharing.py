@@ -1,0 +1,227 @@
+"""Do CTAs on one SM take its units in turn or share them? A CPU diagnostic.
+
+The engine serves an SM's tensor pipe, issue slots and MUFU in arrival order
+(gpusim/engine/servers.Server), and stands for what that order misses with
+one measured number, the serial fraction (a step's softmax keeps the tensor
+pipe idle for that share of its work; h100.measured: 0.52). The GPU's warp
+schedulers interleave instructions instead, and the tensor pipe interleaves
+the products of one CTA's warpgroups (calibrate.py dot_chain_phase). This
+replays calibrate.py's held dot_chain rows (one flash step's chain on
+operands held on chip, 1, 2 and 4 CTAs an SM; calibration_h100.csv) in a
+small model of one SM under three rules, the chain's latency taken for
+each rule and shape from its one-CTA row (where no two CTAs meet):
+
+- `in order + f`: the engine's composition: units in arrival order, the
+  softmax's other instructions then its exp2s then the latency, and the
+  profile's serial fraction blocking the tensor pipe;
+- `in order`: units in arrival order, no serial fraction, a softmax lasting
+  its latency or its work on the issue slots and the MUFU, the longer;
+- `shared`: the same, the units shared equally by the warpgroups using them
+  (processor sharing, as servers.SharedServer shares L2 and HBM).
+
+Only rates and the compiled loops' instruction counts go in (the profile's
+and dot_chain_loops_sm90.csv); nothing is fitted to the 2- and 4-CTA rows it
+prints the errors of. A diagnostic only: no profile number comes from it.
+
+    PYTHONPATH=. python experiments/unit_sharing.py [--profile h100.measured] [--shapes 128x128x128w8,...]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import simpy  # noqa: E402
+
+from algorithms.errors import GpusimError  # noqa: E402
+from experiments.step_errors import chain_rows  # noqa: E402
+
+RULES = ("in order + f", "in order", "shared")
+BENCHES = ("dot_chain", "dot_chain_wide", "dot_chain_more")
+STEPS = 48              # a CTA's steps simulated; the period is taken over the last two thirds
+LATENCY_SEARCH = 4000.0  # cycles: the chain latencies searched for (the rows need at most ~2500)
+
+
+class InOrder:
+    """A unit serving requests in arrival order, as the engine's Server."""
+
+    def __init__(self, env):
+        self.env, self.free_at = env, 0.0
+
+    def request(self, work: float, source):
+        now = self.env.now
+        self.free_at = max(now, self.free_at) + work
+        return self.env.timeout(self.free_at - now)
+
+
+class Shared:
+    """A unit shared equally by the sources using it (servers.SharedServer)."""
+
+    def __init__(self, env):
+        from gpusim.engine.servers import SharedServer
+        self.env, self.server = env, SharedServer("unit", env)
+
+    def request(self, work: float, source):
+        done = self.env.event()
+        self.server.request(self.env.now, work, lambda t: done.succeed(), source)
+        return done
+
+
+def step_work(gpu, bm: int, bn: int, d: int, warps: int) -> dict:
+    """A warpgroup's share of one chain step, in cycles of each unit, as
+    fa2's step_ops builds it (the issued instructions from the compiled loop)."""
+    from algorithms.fa2 import step_ops, warpgroup_replicas
+    from algorithms.ops import Alu, Exp, Mma
+    from algorithms.problem import TileConfig
+    from experiments.calibration.cross_compile import dot_chain_loop
+
+    roles = warps // 4
+    reps = warpgroup_replicas(TileConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=1))
+    issued = dot_chain_loop(bm, bn, d, warps)["issue"] * 4 * 32
+    ops = step_ops("bf16", "wgmma", bm * reps // roles, bn, d, reps, issued=issued, warpgroups=roles)
+    clock = gpu.clock_hz
+    tensor = gpu.matmul_flops_per_s_per_sm("wgmma", "bf16") / clock
+    smem = gpu.units.smem_bytes_per_clk_per_sm
+    products = [max(op.flops / tensor,
+                    op.count * gpu.wgmma_operand_bytes(op.m, op.n, op.k, 2, op.a_in_smem, op.instr_n) / smem)
+                for op in ops if isinstance(op, Mma)]
+    alu = sum(op.flops for op in ops if isinstance(op, Alu)) / gpu.units.alu_ops_per_clk_per_sm
+    exp = sum(op.count for op in ops if isinstance(op, Exp)) / gpu.units.exp2_per_clk_per_sm
+    return {"qk": products[0], "pv": products[1], "alu": alu, "exp": exp, "roles": roles,
+            "f": gpu.units.tensor_alu_serial_fraction}
+
+
+def period(work: dict, ctas: int, latency: float, rule: str, steps: int = STEPS) -> float:
+    """Cycles a step of each of `ctas` CTAs an SM running the chain under `rule`."""
+    env = simpy.Environment()
+    unit = Shared if rule == "shared" else InOrder
+    tensor, alu, mufu = unit(env), unit(env), unit(env)
+    roles, f = work["roles"], work["f"]
+    ends: dict = {}
+    # the CTA's roles meet at a barrier every step, as fa2's warpgroups do
+    arrived = {c: [0] * steps for c in range(ctas)}
+    gates = {c: [env.event() for _ in range(steps)] for c in range(ctas)}
+
+    def role(c: int, r: int):
+        source, pv = (c, r), None
+        for i in range(steps):
+            arrived[c][i] += 1
+            if arrived[c][i] == roles:
+                gates[c][i].succeed()
+            yield gates[c][i]
+            yield tensor.request(work["qk"], source)
+            if pv is not None and not pv.processed:
+                yield pv                        # the wait for S also waits for the last P V
+            if rule == "in order + f":
+                yield alu.request(work["alu"], source)
+                tensor.request(f * work["alu"], None)
+                yield mufu.request(work["exp"], source)
+                tensor.request(f * work["exp"], None)
+                if latency > 0.0:
+                    yield env.timeout(latency)
+            else:
+                yield env.all_of([env.timeout(latency), alu.request(work["alu"], source),
+                                  mufu.request(work["exp"], source)])
+            pv = tensor.request(work["pv"], source)     # left running
+            ends.setdefault(source, []).append(env.now)
+
+    for c in range(ctas):
+        for r in range(roles):
+            env.process(role(c, r))
+    env.run()
+    first = steps // 3
+    return statistics.mean((t[-1] - t[first]) / (len(t) - 1 - first) for t in ends.values())
+
+
+def chain_latency(work: dict, measured_one: float, rule: str) -> float:
+    """The chain latency with which one CTA alone takes its measured cycles (bisection)."""
+    lo, hi = 0.0, LATENCY_SEARCH
+    if period(work, 1, lo, rule) >= measured_one:
+        return 0.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if period(work, 1, mid, rule) < measured_one:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def compare(gpu, shapes=None) -> list[dict]:
+    """Per held dot_chain shape (all, or `shapes` as (bm, bn, d, warps)):
+    the measured cycles at 1, 2, 4 CTAs an SM and each rule's."""
+    measured: dict = {}
+    for bench in BENCHES:
+        for bm, bn, d, warps, per_sm, _regs, _smem, cycles in chain_rows(bench):
+            measured.setdefault((bm, bn, d, warps), {})[per_sm] = cycles
+    out = []
+    for shape in sorted(measured) if shapes is None else shapes:
+        if shape not in measured:
+            raise GpusimError(f"no held dot_chain row for {shape[0]}x{shape[1]}x{shape[2]} with {shape[3]} warps; "
+                              f"the rows have {', '.join(f'{a}x{b}x{c}w{w}' for a, b, c, w in sorted(measured))}")
+        rows = measured[shape]
+        work = step_work(gpu, *shape)
+        row = {"shape": shape, "measured": rows}
+        for rule in RULES:
+            latency = chain_latency(work, rows[1], rule)
+            row[rule] = {per_sm: period(work, per_sm, latency, rule) for per_sm in rows}
+        out.append(row)
+    return out
+
+
+def parse_shapes(text: str) -> list[tuple]:
+    shapes = []
+    for item in text.split(","):
+        m = re.fullmatch(r"(\d+)x(\d+)x(\d+)w(\d+)", item.strip())
+        if m is None:
+            raise ValueError(f"--shapes takes block_m x block_n x D w warps, e.g. 128x64x128w8; got {item!r}")
+        shapes.append(tuple(map(int, m.groups())))
+    return shapes
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="h100.measured", help="a profile name or path (its on-chip rates)")
+    parser.add_argument("--shapes", help="only these, e.g. 128x64x128w8,64x64x64w4")
+    a = parser.parse_args(argv)
+    from gpusim.profile import load_profile
+    try:
+        shapes = parse_shapes(a.shapes) if a.shapes else None
+        gpu = load_profile(a.profile)
+        rows = compare(gpu, shapes)
+    except (GpusimError, ValueError, OSError) as e:
+        print(f"unit_sharing: {e}", file=sys.stderr)
+        return 2
+    print(f"cycles a step, measured (calibration_h100.csv) and each rule's error; profile {gpu.name}, "
+          f"the chain latency from each shape's one-CTA row")
+    print(f"{'shape':16s} {'1 CTA':>6s} | " + " | ".join(f"{n} CTAs: {'meas':>6s} " + " ".join(f"{r:>12s}" for r in RULES)
+                                                  for n in (2, 4)))
+    errors: dict = {rule: [] for rule in RULES}
+    for row in rows:
+        bm, bn, d, warps = row["shape"]
+        line = f"{bm}x{bn}x{d} w{warps}".ljust(16) + f" {row['measured'][1]:6.0f} |"
+        for per_sm in (2, 4):
+            meas = row["measured"].get(per_sm)
+            if meas is None:
+                continue
+            line += f" {per_sm} CTAs: {meas:6.0f} "
+            for rule in RULES:
+                e = row[rule][per_sm] / meas - 1
+                errors[rule].append(e)
+                line += f" {e:+12.1%}"
+            line += " |"
+        print(line)
+    for rule, es in errors.items():
+        if es:
+            print(f"{rule:>12s}: mean |error| {statistics.mean(map(abs, es)):.1%}, mean {statistics.mean(es):+.1%}, "
+                  f"max |error| {max(map(abs, es)):.1%} over {len(es)} rows of 2 and 4 CTAs an SM")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -124,7 +124,7 @@ def bench_dot_exp_overlap(r: Runner, K):
 DOT_FILL_SHAPES = ((64, 64, 128, 4), (64, 128, 128, 4), (128, 64, 128, 8))
 
 
-def bench_dot_fill(r: Runner, K):
+def bench_dot_fill(r: Runner, K, per_sms=(1, 2)):
     """An SS tl.dot loop whose B tile is held in SMEM ('held') or streamed in
     every iteration by cp.async, every CTA the same tile at once ('stream',
     as a head's CTAs read its K/V), each its own ('distinct': CTA c 13

@@ -55,7 +55,8 @@ from kernels.provenance import write_csv_atomic  # noqa: E402
 from experiments.calibration.compute_benches import (FP8_DOT_CHAINS, MORE_DOT_CHAINS,  # noqa: E402
                                                      ONLINE_DOT_CHAINS, ONLINE_PER_SM, ONLINE_STREAM_CHAINS,
                                                      STREAM_CHAINS_D64, STREAM_PER_SM_D64, WIDE_DOT_CHAINS, _dot_tflops,
-                                                     bench_dot_chain, bench_dot_chain_phase, bench_dot_chain_stream,
+                                                     bench_dot_chain, bench_dot_chain_phase, bench_dot_chain_sm_phase,
+                                                     bench_dot_chain_stream,
                                                      bench_dot_exp_overlap,
                                                      bench_dot_fill, bench_dot_pair, bench_exp2_triton, bench_softmax_mix,
                                                      bench_wgmma_shapes)
@@ -122,6 +123,7 @@ def cmd_run(args) -> int:
              ("dot_chain_online", lambda: bench_dot_chain(r, K, ONLINE_DOT_CHAINS, "dot_chain_online", online=True,
                                                           per_sms=ONLINE_PER_SM)),
              ("dot_chain_phase", lambda: bench_dot_chain_phase(r, K)),
+             ("dot_chain_sm_phase", lambda: bench_dot_chain_sm_phase(r, K)),
              ("dot_chain_stream", lambda: bench_dot_chain_stream(r, K)),
              ("dot_chain_online_stream", lambda: bench_dot_chain_stream(r, K, ONLINE_STREAM_CHAINS, STREAM_PER_SM_D64,
                                                                         "dot_chain_online_stream", online=True)),
@@ -211,7 +213,7 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,tile_write,tma_setup,store_overlap,l2,wgmma,cuda,softmax_mix,"
-                                              "l2_store,l2_round_trip,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_fill,dot_chain,dot_chain_wide,dot_chain_more,dot_chain_fp8,dot_chain_online,dot_chain_phase,"
+                                              "l2_store,l2_round_trip,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_pair,dot_fill,dot_chain,dot_chain_wide,dot_chain_more,dot_chain_fp8,dot_chain_online,dot_chain_phase,dot_chain_sm_phase,"
                                               "dot_chain_stream,dot_chain_stream_d64,dot_chain_online_stream,"
                                               "exp2_triton,latency,loaded_latency,"
                                               "launch,cta_cycle,cta_stamps,cta_dispatch")

@@ -208,3 +208,19 @@ def test_a_rate_a_clock_comes_from_each_sms_own_cycles():
     assert sms == 3
     assert rate == pytest.approx(2.5)
     assert calibration_runner._clock_of(first_half)[1] == 50.0     # (stamp's half, as bench_cuda passes it)
+
+
+def test_co_resident_phases_tell_ctas_in_step_from_ctas_taking_turns():
+    """calibrate.py dot_chain_sm_phase's reduction: SM 7's two CTAs stamp
+    their steps together, SM 3's half a period apart, SM 5 ran one CTA."""
+    from experiments.calibration.compute_benches import co_resident_phases
+    period, steps = 1000.0, 16
+    base = [5000.0 + period * k for k in range(steps)]
+    stamps = [base, [t + 12 for t in base],                # SM 7: in step
+              [t + 300 for t in base], [t + 800 for t in base],    # SM 3: half a period apart
+              base]                                        # SM 5: alone
+    shares, periods = co_resident_phases(stamps, [7, 7, 3, 3, 5], per_sm=2)
+    assert sorted(shares) == pytest.approx([0.012, 0.5])
+    assert periods == pytest.approx([period, period])
+    shares, periods = co_resident_phases(stamps, [7, 7, 3, 3, 5], per_sm=4)
+    assert shares == [] and periods == []

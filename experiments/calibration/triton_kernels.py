@@ -328,7 +328,7 @@ def triton_kernels():
     def dot_chain(A, B, V, C, iters, CLK, STAMPS, first, BM: tl.constexpr, BN: tl.constexpr,
                   BK: tl.constexpr, D: tl.constexpr, CLOCKED: tl.constexpr = False,
                   PHASE_STEPS: tl.constexpr = 0, TILES: tl.constexpr = 0, SPREAD: tl.constexpr = 0,
-                  FP8: tl.constexpr = False, ONLINE: tl.constexpr = False):
+                  FP8: tl.constexpr = False, ONLINE: tl.constexpr = False, SMID=None):
         # A dependent chain per iteration, operands on chip: S = A·B (SMEM
         # operands), an exp2 and a row max on S, then acc += P·V with P from
         # registers -- the shape of a flash-attention step without its loads.
@@ -352,6 +352,8 @@ def triton_kernels():
         # ONLINE: fa2's whole online softmax instead of the bare chain (the
         # scale, the correction exp2, the row sum and the rescale of acc:
         # kernels/online_softmax.softmax_update, as kernels/fa2.py's step).
+        # SMID: the SM each CTA ran on, stored at its end (which CTAs shared
+        # an SM, for the phase stamps of several CTAs an SM).
         pid = tl.program_id(0)
         if CLOCKED:
             clock_stamp(CLK, 0, pid)
@@ -382,6 +384,10 @@ def triton_kernels():
         tl.store(C + pid, out)
         if CLOCKED:
             clock_stamp(CLK, 2, out.to(tl.int32, bitcast=True))
+        if SMID is not None:
+            sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [out.to(tl.int32, bitcast=True)],
+                                           dtype=tl.int32, is_pure=False, pack=1)
+            tl.store(SMID + pid, sm)
 
     @triton.jit
     def softmax_mix(X, OUT, iters, BM: tl.constexpr, BN: tl.constexpr, EXP: tl.constexpr):

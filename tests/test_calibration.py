@@ -212,15 +212,16 @@ def test_a_rate_a_clock_comes_from_each_sms_own_cycles():
 
 def test_co_resident_phases_tell_ctas_in_step_from_ctas_taking_turns():
     """calibrate.py dot_chain_sm_phase's reduction: SM 7's two CTAs stamp
-    their steps together, SM 3's half a period apart, SM 5 ran one CTA."""
+    their steps together, SM 3's half a period apart; SM 5 ran one CTA, and
+    SM 9 two one after the other (waves), which never met."""
     from experiments.calibration.compute_benches import co_resident_phases
     period, steps = 1000.0, 16
     base = [5000.0 + period * k for k in range(steps)]
+    later = [t + 40 * period for t in base]
     stamps = [base, [t + 12 for t in base],                # SM 7: in step
               [t + 300 for t in base], [t + 800 for t in base],    # SM 3: half a period apart
-              base]                                        # SM 5: alone
-    shares, periods = co_resident_phases(stamps, [7, 7, 3, 3, 5], per_sm=2)
+              base,                                        # SM 5: alone
+              base, later]                                 # SM 9: one after the other
+    shares, periods = co_resident_phases(stamps, [7, 7, 3, 3, 5, 9, 9])
     assert sorted(shares) == pytest.approx([0.012, 0.5])
-    assert periods == pytest.approx([period, period])
-    shares, periods = co_resident_phases(stamps, [7, 7, 3, 3, 5], per_sm=4)
-    assert shares == [] and periods == []
+    assert periods == pytest.approx([period] * 4)

@@ -472,43 +472,45 @@ def bench_dot_chain_phase(r: Runner, K):
                      ["shape", "cta", "step", "wg0_clk", "wg1_clk"])
 
 
-# Several CTAs an SM, their steps' phases against each other: shapes where the
-# engine's composition is fast (8 warps, 128 rows) and near (4 warps), at 2 and 4 an SM
-SM_PHASE_CHAINS = ((128, 128, 128, 8), (128, 64, 128, 8), (64, 64, 64, 4), (128, 64, 64, 4))
-SM_PHASE_PER_SM = (2, 4)
+# Several CTAs an SM side by side, their steps' phases against each other:
+# (block_m, block_n, D, warps, CTAs an SM), each at most what the SM holds at
+# once (registers; a launch of more runs in waves, whose CTAs never meet)
+SM_PHASE_CHAINS = ((64, 64, 64, 4, 2), (64, 64, 64, 4, 4), (64, 32, 64, 4, 2), (64, 32, 64, 4, 4),
+                   (64, 128, 64, 4, 2), (64, 128, 64, 4, 3), (128, 64, 64, 4, 2), (128, 32, 64, 8, 2),
+                   (64, 64, 128, 4, 2), (64, 64, 128, 4, 3))
 
 
-def co_resident_phases(stamps, smids, per_sm: int) -> tuple[list[float], list[float]]:
-    """How far apart in phase do the CTAs sharing an SM run their steps?
-    stamps[cta][k]: the clock64 (the SM's own counter) at which CTA cta's S of
-    step k was in; smids[cta]: its SM. For each SM that ran exactly `per_sm`
-    CTAs and each pair of them: the median over steps of the second's stamp
-    less the first's, as a share of a step's period taken round the circle to
-    the nearer in-phase point (0: in step, 0.5: as far apart as two can be).
-    Returns (those shares, each such SM's median step period in cycles)."""
+def co_resident_phases(stamps, smids) -> tuple[list[float], list[float]]:
+    """How far apart in phase do CTAs running side by side on one SM take
+    their steps? stamps[cta][k]: the clock64 (the SM's own counter) at which
+    CTA cta's S of step k was in; smids[cta]: its SM. For each pair of CTAs
+    of one SM whose stamped steps overlap in time: the median over steps of
+    the second's stamp less the first's, as a share of a step's period taken
+    round the circle to the nearer in-phase point (0: in step, 0.5: as far
+    apart as two can be). Returns (those shares, the median step period in
+    cycles of each CTA in a pair)."""
     import numpy as np
 
     t = np.asarray(stamps, dtype=np.float64)
     by_sm: dict = {}
     for cta, sm in enumerate(smids):
         by_sm.setdefault(int(sm), []).append(cta)
-    shares, periods = [], []
+    shares, periods = [], {}
     for ctas in by_sm.values():
-        if len(ctas) != per_sm:
-            continue
-        period = float(np.median(np.diff(t[ctas], axis=1)))
-        if period <= 0:
-            continue
-        periods.append(period)
         for i, j in itertools.combinations(ctas, 2):
+            if max(t[i][0], t[j][0]) >= min(t[i][-1], t[j][-1]):
+                continue        # one after the other (waves): never side by side
+            for c in (i, j):
+                periods[c] = float(np.median(np.diff(t[c])))
+            period = (periods[i] + periods[j]) / 2
             phase = np.mod(t[j] - t[i], period) / period
             shares.append(float(np.median(np.minimum(phase, 1.0 - phase))))
-    return shares, periods
+    return shares, list(periods.values())
 
 
 def bench_dot_chain_sm_phase(r: Runner, K):
     """Do the CTAs an SM runs at once keep in step or take turns? dot_chain
-    (held operands) at SM_PHASE_PER_SM CTAs an SM, every row's clock64 stamped
+    (held operands) at SM_PHASE_CHAINS' CTAs an SM, every row's clock64 stamped
     once its S is in for PHASE_STEPS steps in the middle of the run, and each
     CTA's SM. Held out: no profile number comes from it (experiments/
     unit_sharing.py asks the same of the engine's rules).
@@ -520,49 +522,48 @@ def bench_dot_chain_sm_phase(r: Runner, K):
 
     torch = r.torch
     raw = []
-    for bm, bn, d, warps in SM_PHASE_CHAINS:
+    for bm, bn, d, warps, per_sm in SM_PHASE_CHAINS:
         a = (torch.randn(bm, d, device="cuda") * 0.1).to(torch.bfloat16)
         b = (torch.randn(d, bn, device="cuda") * 0.1).to(torch.bfloat16)
         v = (torch.randn(bn, d, device="cuda") * 0.1).to(torch.bfloat16)
         iters = 2048 if not r.args.quick else 256
         first = iters // 2
-        for per_sm in SM_PHASE_PER_SM:
-            grid = r.sms * per_sm
-            c = torch.empty(grid, device="cuda", dtype=torch.float32)
-            stamps = torch.zeros(grid * (PHASE_STEPS + 1) * bm, device="cuda", dtype=torch.int64)
-            smid = torch.full((grid, ), -1, device="cuda", dtype=torch.int32)
+        grid = r.sms * per_sm
+        c = torch.empty(grid, device="cuda", dtype=torch.float32)
+        stamps = torch.zeros(grid * (PHASE_STEPS + 1) * bm, device="cuda", dtype=torch.int64)
+        smid = torch.full((grid, ), -1, device="cuda", dtype=torch.int32)
 
-            def fn():
-                return K["dot_chain"][(grid,)](a, b, v, c, iters, stamps, stamps, first, BM=bm, BN=bn, BK=d, D=d,
-                                               PHASE_STEPS=PHASE_STEPS, SMID=smid, num_warps=warps,
-                                               num_stages=1)
+        def fn():
+            return K["dot_chain"][(grid,)](a, b, v, c, iters, stamps, stamps, first, BM=bm, BN=bn, BK=d, D=d,
+                                           PHASE_STEPS=PHASE_STEPS, SMID=smid, num_warps=warps,
+                                           num_stages=1)
 
-            compiled = fn()
-            torch.cuda.synchronize()
-            with r.sampler() as smp:
-                ms = r.event_loop(fn, n=5)
-            t = np.median(stamps.cpu().numpy().reshape(grid, PHASE_STEPS + 1, bm)[:, :PHASE_STEPS], axis=2)
-            sms = smid.cpu().numpy()
-            shares, periods = co_resident_phases(t, sms, per_sm)
-            shape = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}"
-            if not shares:
-                r.add("dot_chain_sm_phase", shape, "nan", "share of a period", smp.mhz,
-                      detail=f"no SM ran {per_sm} CTAs ({np.bincount(sms[sms >= 0]).max()} at most: registers "
-                             f"{getattr(compiled, 'n_regs', '?')} a thread, smem {compiled.metadata.shared} B)")
-                continue
-            shares_a = np.array(shares)
-            r.add("dot_chain_sm_phase", shape, float(np.median(shares_a)), "share of a period", smp.mhz,
-                  detail=f"{grid} CTAs x {iters} steps, stamps at steps {first}-{first + PHASE_STEPS - 1}; "
-                         f"{len(periods)} SMs with {per_sm} CTAs, {len(shares)} pairs: phase apart p10 "
-                         f"{np.percentile(shares_a, 10):.2f}, p90 {np.percentile(shares_a, 90):.2f}, within 0.05 "
-                         f"of in step {np.mean(shares_a <= 0.05):.0%}, beyond 0.4 {np.mean(shares_a >= 0.4):.0%}; "
-                         f"step period median {np.median(periods):.0f} clk; "
-                         f"{getattr(compiled, 'n_regs', '?')} registers a thread, smem {compiled.metadata.shared} B; "
-                         f"{ms:.3f} ms a launch")
-            for cta in range(grid):
-                for k in range(PHASE_STEPS):
-                    raw.append({"shape": shape, "cta": cta, "sm": int(sms[cta]), "step": first + k,
-                                "clk": int(t[cta, k])})
+        compiled = fn()
+        torch.cuda.synchronize()
+        with r.sampler() as smp:
+            ms = r.event_loop(fn, n=5)
+        t = np.median(stamps.cpu().numpy().reshape(grid, PHASE_STEPS + 1, bm)[:, :PHASE_STEPS], axis=2)
+        sms = smid.cpu().numpy()
+        shares, periods = co_resident_phases(t, sms)
+        shape = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}"
+        if not shares:
+            r.add("dot_chain_sm_phase", shape, "nan", "share of a period", smp.mhz,
+                  detail=f"no two CTAs ran side by side (registers {getattr(compiled, 'n_regs', '?')} a "
+                         f"thread, smem {compiled.metadata.shared} B)")
+            continue
+        shares_a = np.array(shares)
+        r.add("dot_chain_sm_phase", shape, float(np.median(shares_a)), "share of a period", smp.mhz,
+              detail=f"{grid} CTAs x {iters} steps, stamps at steps {first}-{first + PHASE_STEPS - 1}; "
+                     f"{len(shares)} pairs of CTAs side by side on an SM: phase apart p10 "
+                     f"{np.percentile(shares_a, 10):.2f}, p90 {np.percentile(shares_a, 90):.2f}, within 0.05 "
+                     f"of in step {np.mean(shares_a <= 0.05):.0%}, beyond 0.4 {np.mean(shares_a >= 0.4):.0%}; "
+                     f"step period median {np.median(periods):.0f} clk; "
+                     f"{getattr(compiled, 'n_regs', '?')} registers a thread, smem {compiled.metadata.shared} B; "
+                     f"{ms:.3f} ms a launch")
+        for cta in range(grid):
+            for k in range(PHASE_STEPS):
+                raw.append({"shape": shape, "cta": cta, "sm": int(sms[cta]), "step": first + k,
+                            "clk": int(t[cta, k])})
     os.makedirs(r.args.out_dir, exist_ok=True)
     write_csv_atomic(os.path.join(r.args.out_dir, "dot_chain_sm_phase.csv"), raw, ["shape", "cta", "sm", "step", "clk"])
 

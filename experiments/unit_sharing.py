@@ -3,13 +3,12 @@
 The engine serves an SM's tensor pipe, issue slots and MUFU in arrival order
 (gpusim/engine/servers.Server), and stands for what that order misses with
 one measured number, the serial fraction (a step's softmax keeps the tensor
-pipe idle for that share of its work; h100.measured: 0.52). The GPU's warp
-schedulers interleave instructions instead, and the tensor pipe interleaves
-the products of one CTA's warpgroups (calibrate.py dot_chain_phase). This
-replays calibrate.py's held dot_chain rows (one flash step's chain on
-operands held on chip, 1, 2 and 4 CTAs an SM; calibration_h100.csv) in a
-small model of one SM under three rules, the chain's latency taken for
-each rule and shape from its one-CTA row (where no two CTAs meet):
+pipe idle for that share of its work; h100.measured: 0.52). This replays
+calibrate.py's held dot_chain rows (one flash step's chain on operands held
+on chip, 1, 2 and 4 CTAs an SM; calibration_h100.csv) in a small model of
+one SM under four rules, the chain's latency taken for each rule and shape
+from its one-CTA row (where no two CTAs meet), and sets the phases its CTAs
+keep against those calibrate.py dot_chain_sm_phase stamped on the H100:
 
 - `in order + f`: the engine's composition: units in arrival order, the
   softmax's other instructions then its exp2s then the latency, and the
@@ -17,17 +16,25 @@ each rule and shape from its one-CTA row (where no two CTAs meet):
 - `in order`: units in arrival order, no serial fraction, a softmax lasting
   its latency or its work on the issue slots and the MUFU, the longer;
 - `shared`: the same, the units shared equally by the warpgroups using them
-  (processor sharing, as servers.SharedServer shares L2 and HBM).
+  (processor sharing, as servers.SharedServer shares L2 and HBM); CTAs that
+  start together stay together;
+- `shared, staggered`: shared units, CTA c starting c S-products after the
+  first, where serving the CTAs' first products in turn would put them.
+  Shared units keep whatever offset CTAs start with; units in order push
+  them half a period apart.
 
-Only rates and the compiled loops' instruction counts go in (the profile's
-and dot_chain_loops_sm90.csv); nothing is fitted to the 2- and 4-CTA rows it
-prints the errors of. A diagnostic only: no profile number comes from it.
+A launch of more CTAs an SM than the SM holds (registers, SMEM) runs in
+waves of what it holds, as the bench's did. Only rates and the compiled
+loops' instruction counts go in (the profile's and dot_chain_loops_sm90.csv);
+nothing is fitted to the rows of 2 or more CTAs an SM whose errors and phases
+it prints. A diagnostic only: no profile number comes from it.
 
-    PYTHONPATH=. python experiments/unit_sharing.py [--profile h100.measured] [--shapes 128x128x128w8,...]
+    PYTHONPATH=. python experiments/unit_sharing.py [--profile h100.measured] [--shapes 64x64x64w4,...]
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import re
 import statistics
@@ -39,11 +46,11 @@ sys.path.insert(0, ROOT)
 import simpy  # noqa: E402
 
 from algorithms.errors import GpusimError  # noqa: E402
-from experiments.step_errors import chain_rows  # noqa: E402
+from experiments.step_errors import CSV, chain_rows  # noqa: E402
 
-RULES = ("in order + f", "in order", "shared")
+RULES = ("in order + f", "in order", "shared", "shared, staggered")
 BENCHES = ("dot_chain", "dot_chain_wide", "dot_chain_more")
-STEPS = 48              # a CTA's steps simulated; the period is taken over the last two thirds
+STEPS = 48              # a CTA's steps simulated; periods over the last two thirds, phases the last third
 LATENCY_SEARCH = 4000.0  # cycles: the chain latencies searched for (the rows need at most ~2500)
 
 
@@ -96,18 +103,24 @@ def step_work(gpu, bm: int, bn: int, d: int, warps: int) -> dict:
             "f": gpu.units.tensor_alu_serial_fraction}
 
 
-def period(work: dict, ctas: int, latency: float, rule: str, steps: int = STEPS) -> float:
-    """Cycles a step of each of `ctas` CTAs an SM running the chain under `rule`."""
+def simulate(work: dict, ctas: int, latency: float, rule: str, steps: int = STEPS) -> tuple[dict, dict]:
+    """`ctas` CTAs on one SM running the chain under `rule`: ({(cta, role):
+    when each step ended}, {cta: when its first warpgroup's S of each step
+    was in, as calibrate.py dot_chain_sm_phase stamps it})."""
     env = simpy.Environment()
-    unit = Shared if rule == "shared" else InOrder
+    unit = Shared if rule.startswith("shared") else InOrder
     tensor, alu, mufu = unit(env), unit(env), unit(env)
     roles, f = work["roles"], work["f"]
+    stagger = work["qk"] if rule == "shared, staggered" else 0.0
     ends: dict = {}
+    s_in: dict = {}
     # the CTA's roles meet at a barrier every step, as fa2's warpgroups do
     arrived = {c: [0] * steps for c in range(ctas)}
     gates = {c: [env.event() for _ in range(steps)] for c in range(ctas)}
 
     def role(c: int, r: int):
+        if c and stagger:
+            yield env.timeout(c * stagger)
         source, pv = (c, r), None
         for i in range(steps):
             arrived[c][i] += 1
@@ -117,6 +130,8 @@ def period(work: dict, ctas: int, latency: float, rule: str, steps: int = STEPS)
             yield tensor.request(work["qk"], source)
             if pv is not None and not pv.processed:
                 yield pv                        # the wait for S also waits for the last P V
+            if r == 0:
+                s_in.setdefault(c, []).append(env.now)
             if rule == "in order + f":
                 yield alu.request(work["alu"], source)
                 tensor.request(f * work["alu"], None)
@@ -134,8 +149,24 @@ def period(work: dict, ctas: int, latency: float, rule: str, steps: int = STEPS)
         for r in range(roles):
             env.process(role(c, r))
     env.run()
+    return ends, s_in
+
+
+def period(work: dict, ctas: int, latency: float, rule: str, steps: int = STEPS) -> float:
+    """Cycles a step of each of `ctas` CTAs side by side on an SM under `rule`."""
+    ends, _ = simulate(work, ctas, latency, rule, steps)
     first = steps // 3
     return statistics.mean((t[-1] - t[first]) / (len(t) - 1 - first) for t in ends.values())
+
+
+def phase_apart(work: dict, ctas: int, latency: float, rule: str, steps: int = STEPS) -> float:
+    """How far apart in phase `ctas` CTAs side by side take their steps
+    under `rule`, as dot_chain_sm_phase measures it on the GPU
+    (co_resident_phases, median over pairs: 0 in step, 0.5 furthest)."""
+    from experiments.calibration.compute_benches import co_resident_phases
+    _, s_in = simulate(work, ctas, latency, rule, steps)
+    shares, _ = co_resident_phases([s_in[c][-(steps // 3):] for c in range(ctas)], [0] * ctas)
+    return statistics.median(shares)
 
 
 def chain_latency(work: dict, measured_one: float, rule: str) -> float:
@@ -152,13 +183,45 @@ def chain_latency(work: dict, measured_one: float, rule: str) -> float:
     return (lo + hi) / 2
 
 
+def resident(gpu, bm: int, bn: int, d: int, warps: int, regs: int, smem: int) -> int:
+    """How many of the bench's CTAs an SM holds at once (registers, SMEM)."""
+    from experiments.step_errors import chain_schedule
+    from gpusim.occupancy import occupancy
+    return occupancy(chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count, regs, smem).launches[0], gpu).ctas_per_sm
+
+
+def launch_step(work: dict, per_sm: int, held: int, latency: float, rule: str) -> float:
+    """Cycles a step of a launch of `per_sm` CTAs an SM of which the SM holds
+    `held` at once: its waves one after the other (the bench's time a step is
+    the launch's), each running its CTAs side by side."""
+    full, rest = divmod(per_sm, held)
+    return full * period(work, held, latency, rule) + (period(work, rest, latency, rule) if rest else 0.0)
+
+
+def measured_phases(path: str = CSV) -> dict:
+    """{(block_m, block_n, D, warps, CTAs an SM): phase apart} of calibrate.py's
+    dot_chain_sm_phase rows (H100)."""
+    out = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["bench"] == "dot_chain_sm_phase":
+                m = re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)", r["param"])
+                out[tuple(map(int, m.groups()))] = float(r["value"])
+    return out
+
+
 def compare(gpu, shapes=None) -> list[dict]:
     """Per held dot_chain shape (all, or `shapes` as (bm, bn, d, warps)):
-    the measured cycles at 1, 2, 4 CTAs an SM and each rule's."""
+    the measured cycles at 1, 2, 4 CTAs an SM, how many the SM holds at once,
+    each rule's cycles, and where the H100's phases were stamped, the
+    measured and each rule's phase apart."""
     measured: dict = {}
+    held: dict = {}
     for bench in BENCHES:
-        for bm, bn, d, warps, per_sm, _regs, _smem, cycles in chain_rows(bench):
+        for bm, bn, d, warps, per_sm, regs, smem, cycles in chain_rows(bench):
             measured.setdefault((bm, bn, d, warps), {})[per_sm] = cycles
+            held[bm, bn, d, warps] = resident(gpu, bm, bn, d, warps, regs, smem)
+    phases = measured_phases()
     out = []
     for shape in sorted(measured) if shapes is None else shapes:
         if shape not in measured:
@@ -166,10 +229,12 @@ def compare(gpu, shapes=None) -> list[dict]:
                               f"the rows have {', '.join(f'{a}x{b}x{c}w{w}' for a, b, c, w in sorted(measured))}")
         rows = measured[shape]
         work = step_work(gpu, *shape)
-        row = {"shape": shape, "measured": rows}
+        stamped = {k[4]: v for k, v in phases.items() if k[:4] == shape and k[4] <= held[shape]}
+        row = {"shape": shape, "measured": rows, "held": held[shape], "phase": {"measured": stamped}}
         for rule in RULES:
             latency = chain_latency(work, rows[1], rule)
-            row[rule] = {per_sm: period(work, per_sm, latency, rule) for per_sm in rows}
+            row[rule] = {per_sm: launch_step(work, per_sm, held[shape], latency, rule) for per_sm in rows}
+            row["phase"][rule] = {n: phase_apart(work, n, latency, rule) for n in stamped}
         out.append(row)
     return out
 
@@ -182,6 +247,40 @@ def parse_shapes(text: str) -> list[tuple]:
             raise ValueError(f"--shapes takes block_m x block_n x D w warps, e.g. 128x64x128w8; got {item!r}")
         shapes.append(tuple(map(int, m.groups())))
     return shapes
+
+
+def report(rows: list[dict], profile: str) -> None:
+    print(f"cycles a step, measured (calibration_h100.csv) and each rule's error; profile {profile}; "
+          f"the chain latency from each shape's one-CTA row; (n): CTAs the SM holds at once")
+    print(f"{'shape':18s} {'1 CTA':>6s} | " + " | ".join(
+        f"{n} CTAs: {'meas':>6s} " + " ".join(f"{r:>17s}" for r in RULES) for n in (2, 4)))
+    errors: dict = {rule: [] for rule in RULES}
+    for row in rows:
+        bm, bn, d, warps = row["shape"]
+        line = f"{bm}x{bn}x{d} w{warps} ({row['held']})".ljust(18) + f" {row['measured'][1]:6.0f} |"
+        for per_sm in (2, 4):
+            meas = row["measured"].get(per_sm)
+            if meas is None:
+                continue
+            line += f" {per_sm} CTAs: {meas:6.0f} "
+            for rule in RULES:
+                e = row[rule][per_sm] / meas - 1
+                if row["held"] > 1:     # (one at a time: waves of lone CTAs, no two CTAs meet)
+                    errors[rule].append(e)
+                line += f" {e:+17.1%}"
+            line += " |"
+        print(line)
+    for rule, es in errors.items():
+        if es:
+            print(f"{rule:>17s}: mean |error| {statistics.mean(map(abs, es)):.1%}, mean {statistics.mean(es):+.1%}, "
+                  f"max |error| {max(map(abs, es)):.1%} over the {len(es)} rows of 2 and 4 CTAs an SM "
+                  f"where two or more run at once")
+    print("\nphase apart of CTAs side by side (0: in step, 0.5: furthest), H100 (dot_chain_sm_phase) and each rule's")
+    for row in rows:
+        bm, bn, d, warps = row["shape"]
+        for n, gpu_phase in sorted(row["phase"]["measured"].items()):
+            print(f"{bm}x{bn}x{d} w{warps}, {n} CTAs:".ljust(24) + f" H100 {gpu_phase:.2f} | " +
+                  " | ".join(f"{rule} {row['phase'][rule][n]:.2f}" for rule in RULES))
 
 
 def main(argv=None) -> int:
@@ -197,29 +296,7 @@ def main(argv=None) -> int:
     except (GpusimError, ValueError, OSError) as e:
         print(f"unit_sharing: {e}", file=sys.stderr)
         return 2
-    print(f"cycles a step, measured (calibration_h100.csv) and each rule's error; profile {gpu.name}, "
-          f"the chain latency from each shape's one-CTA row")
-    print(f"{'shape':16s} {'1 CTA':>6s} | " + " | ".join(f"{n} CTAs: {'meas':>6s} " + " ".join(f"{r:>12s}" for r in RULES)
-                                                  for n in (2, 4)))
-    errors: dict = {rule: [] for rule in RULES}
-    for row in rows:
-        bm, bn, d, warps = row["shape"]
-        line = f"{bm}x{bn}x{d} w{warps}".ljust(16) + f" {row['measured'][1]:6.0f} |"
-        for per_sm in (2, 4):
-            meas = row["measured"].get(per_sm)
-            if meas is None:
-                continue
-            line += f" {per_sm} CTAs: {meas:6.0f} "
-            for rule in RULES:
-                e = row[rule][per_sm] / meas - 1
-                errors[rule].append(e)
-                line += f" {e:+12.1%}"
-            line += " |"
-        print(line)
-    for rule, es in errors.items():
-        if es:
-            print(f"{rule:>12s}: mean |error| {statistics.mean(map(abs, es)):.1%}, mean {statistics.mean(es):+.1%}, "
-                  f"max |error| {max(map(abs, es)):.1%} over {len(es)} rows of 2 and 4 CTAs an SM")
+    report(rows, gpu.name)
     return 0
 
 

@@ -548,7 +548,8 @@ def bench_dot_chain_sm_phase(r: Runner, K):
         shape = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}"
         if not shares:
             r.add("dot_chain_sm_phase", shape, "nan", "share of a period", smp.mhz,
-                  detail=f"no two CTAs ran side by side (registers {getattr(compiled, 'n_regs', '?')} a "
+                  detail=f"no two CTAs of an SM took their stamped steps at the same time: they ran in "
+                         f"waves or started too far apart (registers {getattr(compiled, 'n_regs', '?')} a "
                          f"thread, smem {compiled.metadata.shared} B)")
             continue
         shares_a = np.array(shares)

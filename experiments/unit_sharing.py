@@ -200,13 +200,14 @@ def launch_step(work: dict, per_sm: int, held: int, latency: float, rule: str) -
 
 def measured_phases(path: str = CSV) -> dict:
     """{(block_m, block_n, D, warps, CTAs an SM): phase apart} of calibrate.py's
-    dot_chain_sm_phase rows (H100)."""
+    dot_chain_sm_phase rows of held operands (H100)."""
     out = {}
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
             if r["bench"] == "dot_chain_sm_phase":
                 m = re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)", r["param"])
-                out[tuple(map(int, m.groups()))] = float(r["value"])
+                if m is not None:       # (the held rows; streamed ones end in their kind)
+                    out[tuple(map(int, m.groups()))] = float(r["value"])
     return out
 
 

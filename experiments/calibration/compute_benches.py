@@ -473,11 +473,18 @@ def bench_dot_chain_phase(r: Runner, K):
 
 
 # Several CTAs an SM side by side, their steps' phases against each other:
-# (block_m, block_n, D, warps, CTAs an SM), each at most what the SM holds at
-# once (registers; a launch of more runs in waves, whose CTAs never meet)
-SM_PHASE_CHAINS = ((64, 64, 64, 4, 2), (64, 64, 64, 4, 4), (64, 32, 64, 4, 2), (64, 32, 64, 4, 4),
-                   (64, 128, 64, 4, 2), (64, 128, 64, 4, 3), (128, 64, 64, 4, 2), (128, 32, 64, 8, 2),
-                   (64, 64, 128, 4, 2), (64, 64, 128, 4, 3))
+# (block_m, block_n, D, warps, CTAs an SM, how B and V come: a kind of
+# STREAM_VARIANTS), each at most what the SM holds at once (registers; a
+# launch of more runs in waves, whose CTAs never meet). Streamed at 2 and 3
+# stages: do two CTAs wait for their copies at once (session 41: the GPU pays
+# 171-213 cycles a step for two stages at 2-4 CTAs an SM, the engine none)?
+SM_PHASE_CHAINS = ((64, 64, 64, 4, 2, "held"), (64, 64, 64, 4, 4, "held"), (64, 32, 64, 4, 2, "held"),
+                   (64, 32, 64, 4, 4, "held"), (64, 128, 64, 4, 2, "held"), (64, 128, 64, 4, 3, "held"),
+                   (128, 64, 64, 4, 2, "held"), (128, 32, 64, 8, 2, "held"), (64, 64, 128, 4, 2, "held"),
+                   (64, 64, 128, 4, 3, "held"),
+                   (64, 64, 64, 4, 2, "stream"), (64, 64, 64, 4, 2, "stream_s2"),
+                   (128, 64, 64, 4, 2, "stream"), (128, 64, 64, 4, 2, "stream_s2"),
+                   (64, 64, 128, 4, 2, "stream"), (64, 64, 128, 4, 2, "stream_s2"))
 
 
 def co_resident_phases(stamps, smids) -> tuple[list[float], list[float]]:
@@ -522,10 +529,12 @@ def bench_dot_chain_sm_phase(r: Runner, K):
 
     torch = r.torch
     raw = []
-    for bm, bn, d, warps, per_sm in SM_PHASE_CHAINS:
+    variants = {kind: (tiles, spread, stages) for kind, tiles, spread, stages in STREAM_VARIANTS}
+    for bm, bn, d, warps, per_sm, kind in SM_PHASE_CHAINS:
+        tiles, spread, stages = variants[kind]
         a = (torch.randn(bm, d, device="cuda") * 0.1).to(torch.bfloat16)
-        b = (torch.randn(d, bn, device="cuda") * 0.1).to(torch.bfloat16)
-        v = (torch.randn(bn, d, device="cuda") * 0.1).to(torch.bfloat16)
+        b = (torch.randn(max(1, tiles) * d, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        v = (torch.randn(max(1, tiles) * bn, d, device="cuda") * 0.1).to(torch.bfloat16)
         iters = 2048 if not r.args.quick else 256
         first = iters // 2
         grid = r.sms * per_sm
@@ -535,8 +544,8 @@ def bench_dot_chain_sm_phase(r: Runner, K):
 
         def fn():
             return K["dot_chain"][(grid,)](a, b, v, c, iters, stamps, stamps, first, BM=bm, BN=bn, BK=d, D=d,
-                                           PHASE_STEPS=PHASE_STEPS, SMID=smid, num_warps=warps,
-                                           num_stages=1)
+                                           PHASE_STEPS=PHASE_STEPS, TILES=tiles, SPREAD=spread, SMID=smid,
+                                           num_warps=warps, num_stages=stages)
 
         compiled = fn()
         torch.cuda.synchronize()
@@ -545,7 +554,7 @@ def bench_dot_chain_sm_phase(r: Runner, K):
         t = np.median(stamps.cpu().numpy().reshape(grid, PHASE_STEPS + 1, bm)[:, :PHASE_STEPS], axis=2)
         sms = smid.cpu().numpy()
         shares, periods = co_resident_phases(t, sms)
-        shape = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}"
+        shape = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}" + ("" if kind == "held" else f"_{kind}")
         if not shares:
             r.add("dot_chain_sm_phase", shape, "nan", "share of a period", smp.mhz,
                   detail=f"no two CTAs of an SM took their stamped steps at the same time: they ran in "
@@ -554,7 +563,8 @@ def bench_dot_chain_sm_phase(r: Runner, K):
             continue
         shares_a = np.array(shares)
         r.add("dot_chain_sm_phase", shape, float(np.median(shares_a)), "share of a period", smp.mhz,
-              detail=f"{grid} CTAs x {iters} steps, stamps at steps {first}-{first + PHASE_STEPS - 1}; "
+              detail=f"B and V {'held on chip' if not tiles else f'streamed, every CTA the same tile at once, {stages} stages'}; "
+                     f"{grid} CTAs x {iters} steps, stamps at steps {first}-{first + PHASE_STEPS - 1}; "
                      f"{len(shares)} pairs of CTAs side by side on an SM: phase apart p10 "
                      f"{np.percentile(shares_a, 10):.2f}, p90 {np.percentile(shares_a, 90):.2f}, within 0.05 "
                      f"of in step {np.mean(shares_a <= 0.05):.0%}, beyond 0.4 {np.mean(shares_a >= 0.4):.0%}; "

@@ -127,6 +127,15 @@ def replay(rows, profile="h100.measured", dtype: str = "bf16", online: bool = Fa
     return out
 
 
+def resident(gpu, bm: int, bn: int, d: int, warps: int, regs: int, smem: int) -> int:
+    """How many of a dot_chain bench's CTAs an SM holds at once (registers,
+    SMEM): where a row asks for more, its launch runs in waves of lone or
+    fewer CTAs (the 8-warp 128-row shapes hold one: their 2- and 4-CTA rows
+    are their one-CTA step in turn)."""
+    from gpusim.occupancy import occupancy
+    return occupancy(chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count, regs, smem).launches[0], gpu).ctas_per_sm
+
+
 def with_sm_offsets(profile, path: str | None = None):
     """`profile` (as load_profile takes it) with each SM's own L2 round trip,
     as calibrate.py latency_per_sm measured it (`path`, by default
@@ -301,20 +310,26 @@ def main(argv=None) -> int:
         print(f"step_errors: no predictions file {a.predictions}", file=sys.stderr)
         return 2
     try:
+        from gpusim.profile import load_profile
         if a.fp8:
-            replayed = replay(chain_rows("dot_chain_fp8"), profile, "fp8", fast=fast)
+            rows, dtype = chain_rows("dot_chain_fp8"), "fp8"
         elif a.online:
-            replayed = replay(chain_rows("dot_chain_online"), profile, online=True, fast=fast)
+            rows, dtype = chain_rows("dot_chain_online"), "bf16"
         else:
-            replayed = replay([row for bench in BENCHES for row in chain_rows(bench)], profile, fast=fast)
+            rows, dtype = [row for bench in BENCHES for row in chain_rows(bench)], "bf16"
+        replayed = replay(rows, profile, dtype, online=a.online, fast=fast)
+        gpu = load_profile(profile)
+        held = {row[:4]: resident(gpu, *row[:4], *row[5:7]) for row in rows}
     except (GpusimError, OSError) as e:
         print(f"step_errors: {e}", file=sys.stderr)
         return 2
     by_shape = step_error_by_occupancy(replayed)
     counts = measured_counts(replayed)
-    print("shape (block_m x block_n x D, warps): engine error at " + " / ".join(map(str, counts)) + " CTAs an SM")
+    print("shape (block_m x block_n x D, warps; CTAs an SM holds at once): engine error at "
+          + " / ".join(map(str, counts)) + " CTAs an SM (more than it holds: waves)")
     for (bm, bn, d, warps), errors in sorted(by_shape.items()):
-        print(f"  {bm}x{bn}x{d} w{warps}: " + " / ".join(f"{100 * errors[n]:+5.1f}%" for n in counts))
+        print(f"  {bm}x{bn}x{d} w{warps} ({held[bm, bn, d, warps]}): "
+              + " / ".join(f"{100 * errors[n]:+5.1f}%" for n in counts))
     errors = [e for row in by_shape.values() for n, e in row.items() if n in counts]
     print(f"{len(errors)} rows: mean |error| {100 * sum(map(abs, errors)) / len(errors):.1f}%, "
           f"max {100 * max(map(abs, errors)):.1f}%")

@@ -46,7 +46,7 @@ sys.path.insert(0, ROOT)
 import simpy  # noqa: E402
 
 from algorithms.errors import GpusimError  # noqa: E402
-from experiments.step_errors import CSV, chain_rows  # noqa: E402
+from experiments.step_errors import CSV, chain_rows, resident  # noqa: E402
 
 RULES = ("in order + f", "in order", "shared", "shared, staggered")
 BENCHES = ("dot_chain", "dot_chain_wide", "dot_chain_more")
@@ -181,13 +181,6 @@ def chain_latency(work: dict, measured_one: float, rule: str) -> float:
         else:
             hi = mid
     return (lo + hi) / 2
-
-
-def resident(gpu, bm: int, bn: int, d: int, warps: int, regs: int, smem: int) -> int:
-    """How many of the bench's CTAs an SM holds at once (registers, SMEM)."""
-    from experiments.step_errors import chain_schedule
-    from gpusim.occupancy import occupancy
-    return occupancy(chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count, regs, smem).launches[0], gpu).ctas_per_sm
 
 
 def launch_step(work: dict, per_sm: int, held: int, latency: float, rule: str) -> float:

@@ -46,10 +46,9 @@ sys.path.insert(0, ROOT)
 import simpy  # noqa: E402
 
 from algorithms.errors import GpusimError  # noqa: E402
-from experiments.step_errors import CSV, chain_rows, resident  # noqa: E402
+from experiments.step_errors import BENCHES, CSV, chain_rows, resident  # noqa: E402
 
 RULES = ("in order + f", "in order", "shared", "shared, staggered")
-BENCHES = ("dot_chain", "dot_chain_wide", "dot_chain_more")
 STEPS = 48              # a CTA's steps simulated; periods over the last two thirds, phases the last third
 LATENCY_SEARCH = 4000.0  # cycles: the chain latencies searched for (the rows need at most ~2500)
 

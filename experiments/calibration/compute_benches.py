@@ -475,9 +475,11 @@ def bench_dot_chain_phase(r: Runner, K):
 # Several CTAs an SM side by side, their steps' phases against each other:
 # (block_m, block_n, D, warps, CTAs an SM, how B and V come: a kind of
 # STREAM_VARIANTS), each at most what the SM holds at once (registers; a
-# launch of more runs in waves, whose CTAs never meet). Streamed at 2 and 3
-# stages: do two CTAs wait for their copies at once (session 41: the GPU pays
-# 171-213 cycles a step for two stages at 2-4 CTAs an SM, the engine none)?
+# launch of more runs in waves, whose CTAs never meet; at 3 and 4 an SM the
+# CTAs of one SM reach the stamped steps far apart, and few or no pairs are
+# stamped together). Streamed at 2 and 3 stages: do two CTAs wait for their
+# copies at once (session 41: the GPU pays 171-213 cycles a step for two
+# stages at 2-4 CTAs an SM, the engine with its SMs apart −9…+71)?
 SM_PHASE_CHAINS = ((64, 64, 64, 4, 2, "held"), (64, 64, 64, 4, 4, "held"), (64, 32, 64, 4, 2, "held"),
                    (64, 32, 64, 4, 4, "held"), (64, 128, 64, 4, 2, "held"), (64, 128, 64, 4, 3, "held"),
                    (128, 64, 64, 4, 2, "held"), (128, 32, 64, 8, 2, "held"), (64, 64, 128, 4, 2, "held"),
@@ -517,9 +519,9 @@ def co_resident_phases(stamps, smids) -> tuple[list[float], list[float]]:
 
 def bench_dot_chain_sm_phase(r: Runner, K):
     """Do the CTAs an SM runs at once keep in step or take turns? dot_chain
-    (held operands) at SM_PHASE_CHAINS' CTAs an SM, every row's clock64 stamped
-    once its S is in for PHASE_STEPS steps in the middle of the run, and each
-    CTA's SM. Held out: no profile number comes from it (experiments/
+    (operands held on chip, or B and V streamed) as SM_PHASE_CHAINS lists
+    it, every row's clock64 stamped once its S is in for PHASE_STEPS steps
+    in the middle of the run, and each CTA's SM. Held out: no profile number comes from it (experiments/
     unit_sharing.py asks the same of the engine's rules).
     Rows `dot_chain_sm_phase`: the median over SMs and pairs of co-resident
     CTAs of their phase apart (co_resident_phases: 0 in step, 0.5 furthest);

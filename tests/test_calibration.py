@@ -225,3 +225,12 @@ def test_co_resident_phases_tell_ctas_in_step_from_ctas_taking_turns():
     shares, periods = co_resident_phases(stamps, [7, 7, 3, 3, 5, 9, 9])
     assert sorted(shares) == pytest.approx([0.012, 0.5])
     assert periods == pytest.approx([period] * 4)
+
+
+def test_sm_spans_tell_ctas_that_start_together_and_end_apart():
+    """dot_chain_sm_phase's detail: SM 4's CTAs start 10 cycles apart and end
+    200 apart; SM 2's lone CTA says nothing of either."""
+    from experiments.calibration.compute_benches import sm_spans
+    said = sm_spans([(0, 100), (10, 300), (5, 50)], [4, 4, 2])
+    assert "start 10 clk apart and end 200 apart" in said and "run 100 clk" in said
+    assert sm_spans([(0, 100)], [4]) == "one CTA an SM"

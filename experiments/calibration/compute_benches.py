@@ -517,6 +517,27 @@ def co_resident_phases(stamps, smids) -> tuple[list[float], list[float]]:
     return shares, list(periods.values())
 
 
+def sm_spans(ends, smids) -> str:
+    """Do the CTAs of an SM start together and end together? ends[cta] = (its
+    clock64 at start, at end); per SM with several CTAs, the spread of their
+    starts and of their ends, and each CTA's run, in cycles (medians over SMs)."""
+    import numpy as np
+
+    by_sm: dict = {}
+    for cta, sm in enumerate(smids):
+        by_sm.setdefault(int(sm), []).append(cta)
+    e = np.asarray(ends, dtype=np.float64)
+    starts, stops = [], []
+    for ctas in by_sm.values():
+        if len(ctas) > 1:
+            starts.append(np.ptp(e[ctas, 0]))
+            stops.append(np.ptp(e[ctas, 1]))
+    if not starts:
+        return "one CTA an SM"
+    return (f"the CTAs of an SM start {np.median(starts):.0f} clk apart and end {np.median(stops):.0f} apart, "
+            f"a CTA's run {np.median(e[:, 1] - e[:, 0]):.0f} clk (medians)")
+
+
 def bench_dot_chain_sm_phase(r: Runner, K):
     """Do the CTAs an SM runs at once keep in step or take turns? dot_chain
     (operands held on chip, or B and V streamed) as SM_PHASE_CHAINS lists
@@ -543,11 +564,12 @@ def bench_dot_chain_sm_phase(r: Runner, K):
         c = torch.empty(grid, device="cuda", dtype=torch.float32)
         stamps = torch.zeros(grid * (PHASE_STEPS + 1) * bm, device="cuda", dtype=torch.int64)
         smid = torch.full((grid, ), -1, device="cuda", dtype=torch.int32)
+        clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)     # each CTA's start and end
 
         def fn():
-            return K["dot_chain"][(grid,)](a, b, v, c, iters, stamps, stamps, first, BM=bm, BN=bn, BK=d, D=d,
-                                           PHASE_STEPS=PHASE_STEPS, TILES=tiles, SPREAD=spread, SMID=smid,
-                                           num_warps=warps, num_stages=stages)
+            return K["dot_chain"][(grid,)](a, b, v, c, iters, clk, stamps, first, BM=bm, BN=bn, BK=d, D=d,
+                                           CLOCKED=True, PHASE_STEPS=PHASE_STEPS, TILES=tiles, SPREAD=spread,
+                                           SMID=smid, num_warps=warps, num_stages=stages)
 
         compiled = fn()
         torch.cuda.synchronize()
@@ -555,13 +577,18 @@ def bench_dot_chain_sm_phase(r: Runner, K):
             ms = r.event_loop(fn, n=5)
         t = np.median(stamps.cpu().numpy().reshape(grid, PHASE_STEPS + 1, bm)[:, :PHASE_STEPS], axis=2)
         sms = smid.cpu().numpy()
+        ends = clk.cpu().numpy().reshape(grid, 4)[:, [0, 2]]      # clock64 at a CTA's start and end
+        spans = sm_spans(ends, sms)
         shares, periods = co_resident_phases(t, sms)
         shape = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}" + ("" if kind == "held" else f"_{kind}")
+        for cta in range(grid):
+            for k in range(PHASE_STEPS):
+                raw.append({"shape": shape, "cta": cta, "sm": int(sms[cta]), "start_clk": int(ends[cta, 0]),
+                            "end_clk": int(ends[cta, 1]), "step": first + k, "clk": int(t[cta, k])})
         if not shares:
             r.add("dot_chain_sm_phase", shape, "nan", "share of a period", smp.mhz,
-                  detail=f"no two CTAs of an SM took their stamped steps at the same time: they ran in "
-                         f"waves or started too far apart (registers {getattr(compiled, 'n_regs', '?')} a "
-                         f"thread, smem {compiled.metadata.shared} B)")
+                  detail=f"no two CTAs of an SM took their stamped steps at the same time ({spans}; "
+                         f"registers {getattr(compiled, 'n_regs', '?')} a thread, smem {compiled.metadata.shared} B)")
             continue
         shares_a = np.array(shares)
         r.add("dot_chain_sm_phase", shape, float(np.median(shares_a)), "share of a period", smp.mhz,
@@ -570,15 +597,12 @@ def bench_dot_chain_sm_phase(r: Runner, K):
                      f"{len(shares)} pairs of CTAs side by side on an SM: phase apart p10 "
                      f"{np.percentile(shares_a, 10):.2f}, p90 {np.percentile(shares_a, 90):.2f}, within 0.05 "
                      f"of in step {np.mean(shares_a <= 0.05):.0%}, beyond 0.4 {np.mean(shares_a >= 0.4):.0%}; "
-                     f"step period median {np.median(periods):.0f} clk; "
+                     f"step period median {np.median(periods):.0f} clk; {spans}; "
                      f"{getattr(compiled, 'n_regs', '?')} registers a thread, smem {compiled.metadata.shared} B; "
                      f"{ms:.3f} ms a launch")
-        for cta in range(grid):
-            for k in range(PHASE_STEPS):
-                raw.append({"shape": shape, "cta": cta, "sm": int(sms[cta]), "step": first + k,
-                            "clk": int(t[cta, k])})
     os.makedirs(r.args.out_dir, exist_ok=True)
-    write_csv_atomic(os.path.join(r.args.out_dir, "dot_chain_sm_phase.csv"), raw, ["shape", "cta", "sm", "step", "clk"])
+    write_csv_atomic(os.path.join(r.args.out_dir, "dot_chain_sm_phase.csv"), raw,
+                     ["shape", "cta", "sm", "start_clk", "end_clk", "step", "clk"])
 
 
 def bench_exp2_triton(r: Runner, K):

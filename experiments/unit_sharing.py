@@ -8,7 +8,8 @@ calibrate.py's held dot_chain rows (one flash step's chain on operands held
 on chip, 1, 2 and 4 CTAs an SM; calibration_h100.csv) in a small model of
 one SM under four rules, the chain's latency taken for each rule and shape
 from its one-CTA row (where no two CTAs meet), and sets the phases its CTAs
-keep against those calibrate.py dot_chain_sm_phase stamped on the H100:
+keep against those calibrate.py dot_chain_sm_phase stamped on the H100 and
+those the engine's own full simulation settles into:
 
 - `in order + f`: the engine's composition: units in arrival order, the
   softmax's other instructions then its exp2s then the latency, and the
@@ -21,7 +22,8 @@ keep against those calibrate.py dot_chain_sm_phase stamped on the H100:
 - `shared, staggered`: shared units, CTA c starting c S-products after the
   first, where serving the CTAs' first products in turn would put them.
   Shared units keep whatever offset CTAs start with; units in order push
-  them half a period apart.
+  them apart (0.35-0.50 of a period here; the engine's full simulation
+  0.29-0.50, validation_notes.md session 42).
 
 A launch of more CTAs an SM than the SM holds (registers, SMEM) runs in
 waves of what it holds, as the bench's did. Only rates and the compiled
@@ -190,6 +192,38 @@ def launch_step(work: dict, per_sm: int, held: int, latency: float, rule: str) -
     return full * period(work, held, latency, rule) + (period(work, rest, latency, rule) if rest else 0.0)
 
 
+ENGINE_STEPS = 96      # the engine's full simulation of a launch: steps a CTA (phases over the last third)
+
+
+def engine_phase(gpu, bm: int, bn: int, d: int, warps: int, regs: int, smem: int, per_sm: int) -> float:
+    """How far apart in phase the engine itself settles `per_sm` CTAs side by
+    side: its full simulation of the bench's launch (step_errors.chain_schedule,
+    ENGINE_STEPS steps), the times SM 0's CTAs start their first warpgroup's
+    softmax (its Alu: S is in), read by wrapping the engine's Alu handler
+    while it runs; co_resident_phases' median."""
+    import gpusim.engine.core as core
+    from experiments.calibration.compute_benches import co_resident_phases
+    from experiments.step_errors import chain_schedule
+    from gpusim.engine import simulate
+
+    starts: dict = {}
+    handler = core.Engine._alu_fast
+
+    def stamped(engine, op, role, cta):
+        if cta.sm.index == 0 and role.index == 0:
+            starts.setdefault(id(cta), []).append(engine.env._now * gpu.clock_hz)
+        return handler(engine, op, role, cta)
+
+    core.Engine._alu_fast = stamped
+    try:
+        simulate(chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem,
+                                iterations=ENGINE_STEPS), gpu, fast=False)
+    finally:
+        core.Engine._alu_fast = handler
+    shares, _ = co_resident_phases([t[-(ENGINE_STEPS // 3):] for t in starts.values()], [0] * len(starts))
+    return statistics.median(shares)
+
+
 def measured_phases(path: str = CSV) -> dict:
     """{(block_m, block_n, D, warps, CTAs an SM): phase apart} of calibrate.py's
     dot_chain_sm_phase rows of held operands (H100)."""
@@ -210,10 +244,12 @@ def compare(gpu, shapes=None) -> list[dict]:
     measured and each rule's phase apart."""
     measured: dict = {}
     held: dict = {}
+    sizes: dict = {}
     for bench in BENCHES:
         for bm, bn, d, warps, per_sm, regs, smem, cycles in chain_rows(bench):
             measured.setdefault((bm, bn, d, warps), {})[per_sm] = cycles
             held[bm, bn, d, warps] = resident(gpu, bm, bn, d, warps, regs, smem)
+            sizes[bm, bn, d, warps] = (regs, smem)
     phases = measured_phases()
     out = []
     for shape in sorted(measured) if shapes is None else shapes:
@@ -228,6 +264,7 @@ def compare(gpu, shapes=None) -> list[dict]:
             latency = chain_latency(work, rows[1], rule)
             row[rule] = {per_sm: launch_step(work, per_sm, held[shape], latency, rule) for per_sm in rows}
             row["phase"][rule] = {n: phase_apart(work, n, latency, rule) for n in stamped}
+        row["phase"]["engine"] = {n: engine_phase(gpu, *shape, *sizes[shape], n) for n in stamped}
         out.append(row)
     return out
 
@@ -268,11 +305,13 @@ def report(rows: list[dict], profile: str) -> None:
             print(f"{rule:>17s}: mean |error| {statistics.mean(map(abs, es)):.1%}, mean {statistics.mean(es):+.1%}, "
                   f"max |error| {max(map(abs, es)):.1%} over the {len(es)} rows of 2 and 4 CTAs an SM "
                   f"where two or more run at once")
-    print("\nphase apart of CTAs side by side (0: in step, 0.5: furthest), H100 (dot_chain_sm_phase) and each rule's")
+    print("\nphase apart of CTAs side by side (0: in step, 0.5: furthest): H100 (dot_chain_sm_phase), "
+          "the engine's full simulation, and each rule's")
     for row in rows:
         bm, bn, d, warps = row["shape"]
         for n, gpu_phase in sorted(row["phase"]["measured"].items()):
-            print(f"{bm}x{bn}x{d} w{warps}, {n} CTAs:".ljust(24) + f" H100 {gpu_phase:.2f} | " +
+            print(f"{bm}x{bn}x{d} w{warps}, {n} CTAs:".ljust(24) + f" H100 {gpu_phase:.2f} | "
+                  f"engine {row['phase']['engine'][n]:.2f} | " +
                   " | ".join(f"{rule} {row['phase'][rule][n]:.2f}" for rule in RULES))
 
 

@@ -487,6 +487,12 @@ SM_PHASE_CHAINS = ((64, 64, 64, 4, 2, "held"), (64, 64, 64, 4, 4, "held"), (64, 
                    (64, 64, 64, 4, 2, "stream"), (64, 64, 64, 4, 2, "stream_s2"),
                    (128, 64, 64, 4, 2, "stream"), (128, 64, 64, 4, 2, "stream_s2"),
                    (64, 64, 128, 4, 2, "stream"), (64, 64, 128, 4, 2, "stream_s2"))
+# ... and two CTAs an SM made to start their loops SPIN cycles apart
+# (stagger_start): is the offset they start with the one they keep, and
+# does the step follow it? (Session 42: two builds of 64x128x64 fell into
+# 0.20 and 0.42 of a period and took 1832 and 1693 cycles a step.)
+SM_PHASE_SPINS = ((64, 128, 64, 4, (0, 300, 600, 900)), (128, 64, 64, 4, (0, 300, 600, 900)),
+                  (64, 64, 64, 4, (0, 150, 300, 500)))
 
 
 def co_resident_phases(stamps, smids) -> tuple[list[float], list[float]]:
@@ -553,7 +559,9 @@ def bench_dot_chain_sm_phase(r: Runner, K):
     torch = r.torch
     raw = []
     variants = {kind: (tiles, spread, stages) for kind, tiles, spread, stages in STREAM_VARIANTS}
-    for bm, bn, d, warps, per_sm, kind in SM_PHASE_CHAINS:
+    cases = [(*chain, 0) for chain in SM_PHASE_CHAINS]
+    cases += [(bm, bn, d, warps, 2, "held", spin) for bm, bn, d, warps, spins in SM_PHASE_SPINS for spin in spins]
+    for bm, bn, d, warps, per_sm, kind, spin in cases:
         tiles, spread, stages = variants[kind]
         a = (torch.randn(bm, d, device="cuda") * 0.1).to(torch.bfloat16)
         b = (torch.randn(max(1, tiles) * d, bn, device="cuda") * 0.1).to(torch.bfloat16)
@@ -565,11 +573,13 @@ def bench_dot_chain_sm_phase(r: Runner, K):
         stamps = torch.zeros(grid * (PHASE_STEPS + 1) * bm, device="cuda", dtype=torch.int64)
         smid = torch.full((grid, ), -1, device="cuda", dtype=torch.int32)
         clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)     # each CTA's start and end
+        arrived = torch.zeros(r.sms, device="cuda", dtype=torch.int32) if spin else None
 
         def fn():
             return K["dot_chain"][(grid,)](a, b, v, c, iters, clk, stamps, first, BM=bm, BN=bn, BK=d, D=d,
                                            CLOCKED=True, PHASE_STEPS=PHASE_STEPS, TILES=tiles, SPREAD=spread,
-                                           SMID=smid, num_warps=warps, num_stages=stages)
+                                           SMID=smid, ARRIVED=arrived, PER_SM=per_sm, SPIN=spin,
+                                           num_warps=warps, num_stages=stages)
 
         compiled = fn()
         torch.cuda.synchronize()
@@ -580,7 +590,8 @@ def bench_dot_chain_sm_phase(r: Runner, K):
         ends = clk.cpu().numpy().reshape(grid, 4)[:, [0, 2]]      # clock64 at a CTA's start and end
         spans = sm_spans(ends, sms)
         shares, periods = co_resident_phases(t, sms)
-        shape = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}" + ("" if kind == "held" else f"_{kind}")
+        shape = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}" + ("" if kind == "held" else f"_{kind}") + \
+            (f"_spin{spin}" if spin else "")
         for cta in range(grid):
             for k in range(PHASE_STEPS):
                 raw.append({"shape": shape, "cta": cta, "sm": int(sms[cta]), "start_clk": int(ends[cta, 0]),
@@ -593,6 +604,7 @@ def bench_dot_chain_sm_phase(r: Runner, K):
         shares_a = np.array(shares)
         r.add("dot_chain_sm_phase", shape, float(np.median(shares_a)), "share of a period", smp.mhz,
               detail=f"B and V {'held on chip' if not tiles else f'streamed, every CTA the same tile at once, {stages} stages'}; "
+                     f"{f'the second CTA on an SM starts its loop {spin} clk after the first; ' if spin else ''}"
                      f"{grid} CTAs x {iters} steps, stamps at steps {first}-{first + PHASE_STEPS - 1}; "
                      f"{len(shares)} pairs of CTAs side by side on an SM: phase apart p10 "
                      f"{np.percentile(shares_a, 10):.2f}, p90 {np.percentile(shares_a, 90):.2f}, within 0.05 "

@@ -325,10 +325,29 @@ def triton_kernels():
                                   dtype=tl.int32, is_pure=False, pack=1)
 
     @triton.jit
+    def stagger_start(ARRIVED, PER_SM: tl.constexpr, SPIN: tl.constexpr, after):
+        # The k-th of the PER_SM CTAs an SM takes in this launch (counted in
+        # ARRIVED[its SM], which grows by PER_SM a launch) spins k x SPIN
+        # cycles of its SM's clock before going on: CTAs side by side start
+        # their loops that far apart. (A scalar atomic: one thread adds, all
+        # get the old count.)
+        sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [after], dtype=tl.int32, is_pure=False,
+                                       pack=1)
+        rank = tl.atomic_add(ARRIVED + sm, 1) % PER_SM
+        t0 = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [rank], dtype=tl.int64, is_pure=False,
+                                       pack=1)
+        t = t0
+        while t - t0 < rank * SPIN:
+            t = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [rank], dtype=tl.int64,
+                                          is_pure=False, pack=1)
+        return t
+
+    @triton.jit
     def dot_chain(A, B, V, C, iters, CLK, STAMPS, first, BM: tl.constexpr, BN: tl.constexpr,
                   BK: tl.constexpr, D: tl.constexpr, CLOCKED: tl.constexpr = False,
                   PHASE_STEPS: tl.constexpr = 0, TILES: tl.constexpr = 0, SPREAD: tl.constexpr = 0,
-                  FP8: tl.constexpr = False, ONLINE: tl.constexpr = False, SMID=None):
+                  FP8: tl.constexpr = False, ONLINE: tl.constexpr = False, SMID=None, ARRIVED=None,
+                  PER_SM: tl.constexpr = 1, SPIN: tl.constexpr = 0):
         # A dependent chain per iteration, operands on chip: S = A·B (SMEM
         # operands), an exp2 and a row max on S, then acc += P·V with P from
         # registers -- the shape of a flash-attention step without its loads.
@@ -353,13 +372,16 @@ def triton_kernels():
         # scale, the correction exp2, the row sum and the rescale of acc:
         # kernels/online_softmax.softmax_update, as kernels/fa2.py's step).
         # SMID: the SM each CTA ran on, stored at its end (which CTAs shared
-        # an SM, for the phase stamps of several CTAs an SM).
+        # an SM, for the phase stamps of several CTAs an SM). SPIN: the CTAs
+        # an SM takes start their loops SPIN cycles apart (stagger_start).
         pid = tl.program_id(0)
         if CLOCKED:
             clock_stamp(CLK, 0, pid)
         a = tile(A, BM, BK)
         b = operand(B, BK, BN, FP8)
         v = operand(V, BN, D, FP8)
+        if SPIN:
+            stagger_start(ARRIVED, PER_SM, SPIN, tl.sum(tl.sum(a.to(tl.float32), 1), 0).to(tl.int32, bitcast=True))
         acc = tl.zeros([BM, D], tl.float32)
         m = tl.zeros([BM], tl.float32)
         l = tl.zeros([BM], tl.float32)

@@ -23,7 +23,8 @@ those the engine's own full simulation settles into:
   first, where serving the CTAs' first products in turn would put them.
   Shared units keep whatever offset CTAs start with; units in order push
   them apart (0.35-0.50 of a period here; the engine's full simulation
-  0.29-0.50, validation_notes.md session 42).
+  0.29-0.50). The H100 does neither: it pulls two CTAs into one of a few
+  stable offsets, mostly 0.11-0.18 (validation_notes.md, session 42).
 
 A launch of more CTAs an SM than the SM holds (registers, SMEM) runs in
 waves of what it holds, as the bench's did. Only rates and the compiled

@@ -317,8 +317,8 @@ def main(argv=None) -> int:
             rows, dtype = chain_rows("dot_chain_online"), "bf16"
         else:
             rows, dtype = [row for bench in BENCHES for row in chain_rows(bench)], "bf16"
-        replayed = replay(rows, profile, dtype, online=a.online, fast=fast)
         gpu = load_profile(profile)
+        replayed = replay(rows, gpu, dtype, online=a.online, fast=fast)
         held = {row[:4]: resident(gpu, *row[:4], *row[5:7]) for row in rows}
     except (GpusimError, OSError) as e:
         print(f"step_errors: {e}", file=sys.stderr)

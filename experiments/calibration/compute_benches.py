@@ -495,6 +495,14 @@ SM_PHASE_SPINS = ((64, 128, 64, 4, (0, 300, 600, 900)), (128, 64, 64, 4, (0, 300
                   (64, 64, 64, 4, (0, 150, 300, 500)))
 
 
+def _ctas_by_sm(smids) -> list[list[int]]:
+    """The CTAs each SM ran, by the SM ids the kernel stored (smids[cta])."""
+    by_sm: dict = {}
+    for cta, sm in enumerate(smids):
+        by_sm.setdefault(int(sm), []).append(cta)
+    return list(by_sm.values())
+
+
 def co_resident_phases(stamps, smids) -> tuple[list[float], list[float]]:
     """How far apart in phase do CTAs running side by side on one SM take
     their steps? stamps[cta][k]: the clock64 (the SM's own counter) at which
@@ -507,11 +515,8 @@ def co_resident_phases(stamps, smids) -> tuple[list[float], list[float]]:
     import numpy as np
 
     t = np.asarray(stamps, dtype=np.float64)
-    by_sm: dict = {}
-    for cta, sm in enumerate(smids):
-        by_sm.setdefault(int(sm), []).append(cta)
     shares, periods = [], {}
-    for ctas in by_sm.values():
+    for ctas in _ctas_by_sm(smids):
         for i, j in itertools.combinations(ctas, 2):
             if max(t[i][0], t[j][0]) >= min(t[i][-1], t[j][-1]):
                 continue        # one after the other (waves): never side by side
@@ -529,12 +534,9 @@ def sm_spans(ends, smids) -> str:
     starts and of their ends, and each CTA's run, in cycles (medians over SMs)."""
     import numpy as np
 
-    by_sm: dict = {}
-    for cta, sm in enumerate(smids):
-        by_sm.setdefault(int(sm), []).append(cta)
     e = np.asarray(ends, dtype=np.float64)
     starts, stops = [], []
-    for ctas in by_sm.values():
+    for ctas in _ctas_by_sm(smids):
         if len(ctas) > 1:
             starts.append(np.ptp(e[ctas, 0]))
             stops.append(np.ptp(e[ctas, 1]))

@@ -165,6 +165,12 @@ def triton_kernels():
         return tile(P, ROWS, COLS)
 
     @triton.jit
+    def sm_id(after):
+        # the SM this CTA runs on, read once `after` (an int32 scalar) is computed
+        return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [after], dtype=tl.int32, is_pure=False,
+                                         pack=1)
+
+    @triton.jit
     def clock_stamp(CLK, slot: tl.constexpr, after):
         # CLK[cta, slot], CLK[cta, slot + 1] = the SM's clock64 and the global
         # timer (ns), read once `after` (an int32 scalar) is computed: cycles
@@ -217,8 +223,7 @@ def triton_kernels():
         # global timer at start and end (clock_stamp); SMID: the SM it ran on.
         pid = tl.program_id(0)
         clock_stamp(CLK, 0, pid)
-        sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [pid], dtype=tl.int32, is_pure=False,
-                                       pack=1)
+        sm = sm_id(pid)
         tl.store(SMID + pid, sm)
         a = tile(A, BM, BK)
         acc = tl.zeros([BM, BN], tl.float32)
@@ -331,8 +336,7 @@ def triton_kernels():
         # cycles of its SM's clock before going on: CTAs side by side start
         # their loops that far apart. (A scalar atomic: one thread adds, all
         # get the old count.)
-        sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [after], dtype=tl.int32, is_pure=False,
-                                       pack=1)
+        sm = sm_id(after)
         rank = tl.atomic_add(ARRIVED + sm, 1) % PER_SM
         t0 = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [rank], dtype=tl.int64, is_pure=False,
                                        pack=1)
@@ -407,9 +411,7 @@ def triton_kernels():
         if CLOCKED:
             clock_stamp(CLK, 2, out.to(tl.int32, bitcast=True))
         if SMID is not None:
-            sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [out.to(tl.int32, bitcast=True)],
-                                           dtype=tl.int32, is_pure=False, pack=1)
-            tl.store(SMID + pid, sm)
+            tl.store(SMID + pid, sm_id(out.to(tl.int32, bitcast=True)))
 
     @triton.jit
     def softmax_mix(X, OUT, iters, BM: tl.constexpr, BN: tl.constexpr, EXP: tl.constexpr):

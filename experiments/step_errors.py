@@ -161,7 +161,8 @@ def with_sm_offsets(profile, path: str | None = None):
 
 
 # the stream benches (calibrate.py), and whether their steps run fa2's whole online softmax
-STREAM_BENCHES = {"dot_chain_stream": False, "dot_chain_stream_d64": False, "dot_chain_online_stream": True}
+STREAM_BENCHES = {"dot_chain_stream": False, "dot_chain_stream_d64": False, "dot_chain_online_stream": True,
+                  "dot_chain_online_stream_wide": True}
 
 
 def stream_rows(path: str = CSV, bench: str = "dot_chain_stream", kernel: bool = False) -> list[tuple]:

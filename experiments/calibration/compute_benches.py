@@ -350,6 +350,13 @@ STREAM_VARIANTS = (("held", 0, 0, 1), ("stream", STREAM_TILES, 0, STREAM_STAGES)
 # within 2.5%, while the online chain held on chip is within 1-10% at every
 # count (validation_notes.md, session 40)
 ONLINE_STREAM_CHAINS = ((64, 64, 64, 4), (128, 64, 64, 4), (128, 64, 64, 8))
+# ... and the wide D = 64 steps whose configs the model rates 10-20% faster
+# than the GPU at two CTAs an SM (dot_chain_online_stream_wide, session 43):
+# at D64 causal N8192, h100.measured is -21% on 64x128 w4 s3 (two CTAs an
+# SM) and -5% on s4 (one), -19% and -10% on 128x128 w4; its top pick there,
+# 64x128 w4 s3, runs 16.9% behind the GPU's best (validation_report.md)
+ONLINE_STREAM_WIDE_CHAINS = ((64, 128, 64, 4), (128, 128, 64, 4), (128, 128, 64, 8))
+ONLINE_STREAM_WIDE_PER_SM = (1, 2)
 
 
 def bench_dot_chain_stream(r: Runner, K, chains=STREAM_CHAINS, per_sms=(1, 2), bench="dot_chain_stream",

@@ -16,7 +16,7 @@ from kernels.provenance import write_csv_atomic
 
 from . import ROOT
 from .compute_benches import (DOT_CHAINS, FP8_DOT_CHAINS, MORE_DOT_CHAINS, ONLINE_DOT_CHAINS, ONLINE_STREAM_CHAINS,
-                              STREAM_CHAINS, STREAM_CHAINS_D64, STREAM_VARIANTS, WIDE_DOT_CHAINS)
+                              ONLINE_STREAM_WIDE_CHAINS, STREAM_CHAINS, STREAM_CHAINS_D64, STREAM_VARIANTS, WIDE_DOT_CHAINS)
 from .cuda_kernels import compile_cuda
 from .triton_kernels import DOT_SHAPES, DOT_WARPS, triton_kernels
 
@@ -138,8 +138,9 @@ def cmd_loops(args) -> int:
     shapes = [("bf16", False, shape, held) for shape in DOT_CHAINS + WIDE_DOT_CHAINS + MORE_DOT_CHAINS]
     shapes += [("fp8", False, shape, held) for shape in FP8_DOT_CHAINS]
     shapes += [("bf16", True, shape, held) for shape in ONLINE_DOT_CHAINS]
+    shapes += [("bf16", True, shape, held) for shape in ONLINE_STREAM_WIDE_CHAINS if shape not in ONLINE_DOT_CHAINS]
     streamed = [variant for variant in STREAM_VARIANTS if variant[0] != "held"]
-    for online, chains in ((False, STREAM_CHAINS + STREAM_CHAINS_D64), (True, ONLINE_STREAM_CHAINS)):
+    for online, chains in ((False, STREAM_CHAINS + STREAM_CHAINS_D64), (True, ONLINE_STREAM_CHAINS + ONLINE_STREAM_WIDE_CHAINS)):
         shapes += [("bf16", online, shape, variant) for shape in chains for variant in streamed]
     for dtype, online, (bm, bn, d, warps), (variant, tiles, spread, stages) in shapes:
         loop = compile_dot_chain_loop(bm, bn, d, warps, tiles, stages, dtype, online, spread)

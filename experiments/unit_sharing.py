@@ -6,7 +6,7 @@ one measured number, the serial fraction (a step's softmax keeps the tensor
 pipe idle for that share of its work; h100.measured: 0.52). This replays
 calibrate.py's held dot_chain rows (one flash step's chain on operands held
 on chip, 1, 2 and 4 CTAs an SM; calibration_h100.csv) in a small model of
-one SM under four rules, the chain's latency taken for each rule and shape
+one SM under five rules, the chain's latency taken for each rule and shape
 from its one-CTA row (where no two CTAs meet), and sets the phases its CTAs
 keep against those calibrate.py dot_chain_sm_phase stamped on the H100 and
 those the engine's own full simulation settles into:
@@ -24,7 +24,14 @@ those the engine's own full simulation settles into:
   Shared units keep whatever offset CTAs start with; units in order push
   them apart (0.35-0.50 of a period here; the engine's full simulation
   0.29-0.50). The H100 does neither: it pulls two CTAs into one of a few
-  stable offsets, mostly 0.11-0.18 (validation_notes.md, session 42).
+  stable offsets, mostly 0.11-0.18 (validation_notes.md, session 42);
+- `tensor shared + f`: the engine's composition, but the tensor pipe shared
+  by the warpgroups with a product in it (as it interleaves two warpgroups
+  of one CTA, session 27's dot_chain_phase; the engine does that within a
+  CTA only, Mma.issued_with), the serial fraction's block one more sharer.
+  It settles two CTAs at 0.10-0.21 of a period whatever offset they start
+  with, as the H100 does, but for 64x128x64 w4 (0.17; the
+  H100 0.42 in one build, 0.20 in the other) (session 43).
 
 A launch of more CTAs an SM than the SM holds (registers, SMEM) runs in
 waves of what it holds, as the bench's did. Only rates and the compiled
@@ -51,7 +58,10 @@ import simpy  # noqa: E402
 from algorithms.errors import GpusimError  # noqa: E402
 from experiments.step_errors import BENCHES, CSV, chain_rows, resident  # noqa: E402
 
-RULES = ("in order + f", "in order", "shared", "shared, staggered")
+RULES = ("in order + f", "in order", "shared", "shared, staggered", "tensor shared + f")
+# the second CTA of an SM started this many cycles late (calibrate.py
+# dot_chain_sm_phase's stagger_start): does a rule keep the offset? (--delays)
+DELAYS = (150, 300, 600, 900)
 STEPS = 48              # a CTA's steps simulated; periods over the last two thirds, phases the last third
 LATENCY_SEARCH = 4000.0  # cycles: the chain latencies searched for (the rows need at most ~2500)
 
@@ -105,15 +115,17 @@ def step_work(gpu, bm: int, bn: int, d: int, warps: int) -> dict:
             "f": gpu.units.tensor_alu_serial_fraction}
 
 
-def simulate(work: dict, ctas: int, latency: float, rule: str, steps: int = STEPS) -> tuple[dict, dict]:
-    """`ctas` CTAs on one SM running the chain under `rule`: ({(cta, role):
-    when each step ended}, {cta: when its first warpgroup's S of each step
-    was in, as calibrate.py dot_chain_sm_phase stamps it})."""
+def simulate(work: dict, ctas: int, latency: float, rule: str, steps: int = STEPS,
+             delay: float = 0.0) -> tuple[dict, dict]:
+    """`ctas` CTAs on one SM running the chain under `rule`, CTA c started c x
+    `delay` cycles late: ({(cta, role): when each step ended}, {cta: when its
+    first warpgroup's S of each step was in, as calibrate.py
+    dot_chain_sm_phase stamps it})."""
     env = simpy.Environment()
     unit = Shared if rule.startswith("shared") else InOrder
-    tensor, alu, mufu = unit(env), unit(env), unit(env)
+    tensor, alu, mufu = (Shared(env) if rule == "tensor shared + f" else unit(env)), unit(env), unit(env)
     roles, f = work["roles"], work["f"]
-    stagger = work["qk"] if rule == "shared, staggered" else 0.0
+    stagger = work["qk"] if rule == "shared, staggered" else delay
     ends: dict = {}
     s_in: dict = {}
     # the CTA's roles meet at a barrier every step, as fa2's warpgroups do
@@ -134,7 +146,7 @@ def simulate(work: dict, ctas: int, latency: float, rule: str, steps: int = STEP
                 yield pv                        # the wait for S also waits for the last P V
             if r == 0:
                 s_in.setdefault(c, []).append(env.now)
-            if rule == "in order + f":
+            if rule.endswith("+ f"):
                 yield alu.request(work["alu"], source)
                 tensor.request(f * work["alu"], None)
                 yield mufu.request(work["exp"], source)
@@ -161,12 +173,14 @@ def period(work: dict, ctas: int, latency: float, rule: str, steps: int = STEPS)
     return statistics.mean((t[-1] - t[first]) / (len(t) - 1 - first) for t in ends.values())
 
 
-def phase_apart(work: dict, ctas: int, latency: float, rule: str, steps: int = STEPS) -> float:
+def phase_apart(work: dict, ctas: int, latency: float, rule: str, steps: int = STEPS,
+                delay: float = 0.0) -> float:
     """How far apart in phase `ctas` CTAs side by side take their steps
-    under `rule`, as dot_chain_sm_phase measures it on the GPU
-    (co_resident_phases, median over pairs: 0 in step, 0.5 furthest)."""
+    under `rule`, CTA c started c x `delay` cycles late, as
+    dot_chain_sm_phase measures it on the GPU (co_resident_phases, median
+    over pairs: 0 in step, 0.5 furthest)."""
     from experiments.calibration.compute_benches import co_resident_phases
-    _, s_in = simulate(work, ctas, latency, rule, steps)
+    _, s_in = simulate(work, ctas, latency, rule, steps, delay)
     shares, _ = co_resident_phases([s_in[c][-(steps // 3):] for c in range(ctas)], [0] * ctas)
     return statistics.median(shares)
 
@@ -265,6 +279,9 @@ def compare(gpu, shapes=None) -> list[dict]:
             latency = chain_latency(work, rows[1], rule)
             row[rule] = {per_sm: launch_step(work, per_sm, held[shape], latency, rule) for per_sm in rows}
             row["phase"][rule] = {n: phase_apart(work, n, latency, rule) for n in stamped}
+            if rule.endswith("+ f") and 2 in stamped:
+                row["phase"].setdefault("delayed", {})[rule] = {
+                    d: phase_apart(work, 2, latency, rule, delay=d) for d in DELAYS}
         row["phase"]["engine"] = {n: engine_phase(gpu, *shape, *sizes[shape], n) for n in stamped}
         out.append(row)
     return out
@@ -314,6 +331,13 @@ def report(rows: list[dict], profile: str) -> None:
             print(f"{bm}x{bn}x{d} w{warps}, {n} CTAs:".ljust(24) + f" H100 {gpu_phase:.2f} | "
                   f"engine {row['phase']['engine'][n]:.2f} | " +
                   " | ".join(f"{rule} {row['phase'][rule][n]:.2f}" for rule in RULES))
+    print(f"\n... the second CTA started {', '.join(map(str, DELAYS))} cycles late (the H100 went back to "
+          f"its offset: validation_notes.md, session 42)")
+    for row in rows:
+        bm, bn, d, warps = row["shape"]
+        for rule, phases in row["phase"].get("delayed", {}).items():
+            print(f"{bm}x{bn}x{d} w{warps}, 2 CTAs, {rule}:".ljust(42) +
+                  " ".join(f"{phases[delay]:.2f}" for delay in DELAYS))
 
 
 def main(argv=None) -> int:

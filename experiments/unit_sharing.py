@@ -6,14 +6,18 @@ one measured number, the serial fraction (a step's softmax keeps the tensor
 pipe idle for that share of its work; h100.measured: 0.52). This replays
 calibrate.py's held dot_chain rows (one flash step's chain on operands held
 on chip, 1, 2 and 4 CTAs an SM; calibration_h100.csv) in a small model of
-one SM under five rules, the chain's latency taken for each rule and shape
+one SM under six rules, the chain's latency taken for each rule and shape
 from its one-CTA row (where no two CTAs meet), and sets the phases its CTAs
 keep against those calibrate.py dot_chain_sm_phase stamped on the H100 and
 those the engine's own full simulation settles into:
 
 - `in order + f`: the engine's composition: units in arrival order, the
   softmax's other instructions then its exp2s then the latency, and the
-  profile's serial fraction blocking the tensor pipe;
+  profile's serial fraction blocking the tensor pipe from the start of each
+  (core.Engine._alu/_exp). Its two CTAs settle where the engine's full
+  simulation puts them (0.29-0.50 of a period, five of six shapes to the
+  hundredth; until session 43 it charged the block as each phase ended,
+  which put them 0.44-0.50 apart);
 - `in order`: units in arrival order, no serial fraction, a softmax lasting
   its latency or its work on the issue slots and the MUFU, the longer;
 - `shared`: the same, the units shared equally by the warpgroups using them
@@ -22,16 +26,21 @@ those the engine's own full simulation settles into:
 - `shared, staggered`: shared units, CTA c starting c S-products after the
   first, where serving the CTAs' first products in turn would put them.
   Shared units keep whatever offset CTAs start with; units in order push
-  them apart (0.35-0.50 of a period here; the engine's full simulation
-  0.29-0.50). The H100 does neither: it pulls two CTAs into one of a few
-  stable offsets, mostly 0.11-0.18 (validation_notes.md, session 42);
+  them apart (0.29-0.50 of a period here). The H100 does neither: it pulls
+  two CTAs into one of a few stable offsets, mostly 0.11-0.18
+  (validation_notes.md, session 42);
 - `tensor shared + f`: the engine's composition, but the tensor pipe shared
   by the warpgroups with a product in it (as it interleaves two warpgroups
   of one CTA, session 27's dot_chain_phase; the engine does that within a
-  CTA only, Mma.issued_with), the serial fraction's block one more sharer.
-  It settles two CTAs at 0.10-0.21 of a period whatever offset they start
-  with, as the H100 does, but for 64x128x64 w4 (0.17; the
-  H100 0.42 in one build, 0.20 in the other) (session 43).
+  CTA only, Mma.issued_with), the serial fraction's block one more sharer:
+  0.35-0.50 apart, its steps those of `in order + f` within 0.1%;
+- `tensor shared + f after`: the same, the block charged as each phase
+  ends. Two CTAs settle 0.10-0.21 of a period apart whatever offset they
+  start with, as the H100's do, but for 64x128x64 w4 (0.17; the H100 0.42
+  in one build, 0.20 in the other); its 4-warp steps at two CTAs an SM are
+  7-17% slower than in order. Whether the softmax holds the tensor pipe
+  during its work or after it is not measured: the match rests on that
+  (session 43).
 
 A launch of more CTAs an SM than the SM holds (registers, SMEM) runs in
 waves of what it holds, as the bench's did. Only rates and the compiled
@@ -58,7 +67,8 @@ import simpy  # noqa: E402
 from algorithms.errors import GpusimError  # noqa: E402
 from experiments.step_errors import BENCHES, CSV, chain_rows, resident  # noqa: E402
 
-RULES = ("in order + f", "in order", "shared", "shared, staggered", "tensor shared + f")
+RULES = ("in order + f", "in order", "shared", "shared, staggered", "tensor shared + f",
+         "tensor shared + f after")
 # the second CTA of an SM started this many cycles late (calibrate.py
 # dot_chain_sm_phase's stagger_start): does a rule keep the offset? (--delays)
 DELAYS = (150, 300, 600, 900)
@@ -123,7 +133,7 @@ def simulate(work: dict, ctas: int, latency: float, rule: str, steps: int = STEP
     dot_chain_sm_phase stamps it})."""
     env = simpy.Environment()
     unit = Shared if rule.startswith("shared") else InOrder
-    tensor, alu, mufu = (Shared(env) if rule == "tensor shared + f" else unit(env)), unit(env), unit(env)
+    tensor, alu, mufu = (Shared(env) if rule.startswith("tensor shared") else unit(env)), unit(env), unit(env)
     roles, f = work["roles"], work["f"]
     stagger = work["qk"] if rule == "shared, staggered" else delay
     ends: dict = {}
@@ -146,11 +156,14 @@ def simulate(work: dict, ctas: int, latency: float, rule: str, steps: int = STEP
                 yield pv                        # the wait for S also waits for the last P V
             if r == 0:
                 s_in.setdefault(c, []).append(env.now)
-            if rule.endswith("+ f"):
-                yield alu.request(work["alu"], source)
-                tensor.request(f * work["alu"], None)
-                yield mufu.request(work["exp"], source)
-                tensor.request(f * work["exp"], None)
+            if "+ f" in rule:
+                after = rule.endswith("after")
+                for server, phase in ((alu, work["alu"]), (mufu, work["exp"])):
+                    if not after:
+                        tensor.request(f * phase, None)
+                    yield server.request(phase, source)
+                    if after:
+                        tensor.request(f * phase, None)
                 if latency > 0.0:
                     yield env.timeout(latency)
             else:
@@ -279,7 +292,7 @@ def compare(gpu, shapes=None) -> list[dict]:
             latency = chain_latency(work, rows[1], rule)
             row[rule] = {per_sm: launch_step(work, per_sm, held[shape], latency, rule) for per_sm in rows}
             row["phase"][rule] = {n: phase_apart(work, n, latency, rule) for n in stamped}
-            if rule.endswith("+ f") and 2 in stamped:
+            if "+ f" in rule and 2 in stamped:
                 row["phase"].setdefault("delayed", {})[rule] = {
                     d: phase_apart(work, 2, latency, rule, delay=d) for d in DELAYS}
         row["phase"]["engine"] = {n: engine_phase(gpu, *shape, *sizes[shape], n) for n in stamped}
@@ -336,7 +349,7 @@ def report(rows: list[dict], profile: str) -> None:
     for row in rows:
         bm, bn, d, warps = row["shape"]
         for rule, phases in row["phase"].get("delayed", {}).items():
-            print(f"{bm}x{bn}x{d} w{warps}, 2 CTAs, {rule}:".ljust(42) +
+            print(f"{bm}x{bn}x{d} w{warps}, 2 CTAs, {rule}:".ljust(48) +
                   " ".join(f"{phases[delay]:.2f}" for delay in DELAYS))
 
 

@@ -234,3 +234,20 @@ def test_sm_spans_tell_ctas_that_start_together_and_end_apart():
     said = sm_spans([(0, 100), (10, 300), (5, 50)], [4, 4, 2])
     assert "start 10 clk apart and end 200 apart" in said and "run 100 clk" in said
     assert sm_spans([(0, 100)], [4]) == "one CTA an SM"
+
+
+def test_hold_windows_sets_products_during_and_after_bursts_against_the_gaps():
+    """dot_exp_timing's reduction: products every 100 cycles, one burst
+    [1000, 1400] that stretches the products ending in it to 200 cycles
+    (a hold while it runs) and those right after to 150."""
+    from experiments.calibration.compute_benches import hold_windows
+
+    ends, t = [], 0
+    while t < 3000:
+        t += 200 if 1000 < t + 100 <= 1400 else 150 if 1400 < t + 75 <= 1800 else 100
+        ends.append(t)
+    w = hold_windows(ends, [(1000, 1400)])
+    assert w["idle"] == 100 and w["during"] == 200 and w["after"] == 150
+    assert w["n_during"] >= 1 and w["n_after"] >= 1
+    assert w["n_idle"] + w["n_during"] + w["n_after"] == len(ends) - 1
+    assert "during" not in hold_windows(ends, [])

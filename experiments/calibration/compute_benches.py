@@ -115,6 +115,96 @@ def bench_dot_exp_overlap(r: Runner, K):
                                f"x {iters} iters; {ms:.3f} ms")
 
 
+# dot_exp_timing (session 43): a 64x64x128 product CTA beside an exp2 (or
+# FMA) CTA on each SM, the elementwise work in bursts of 8 tile iterations
+# (2048 MUFU cycles an exp2 burst) GAP cycles apart, each burst's product
+# intervals set against those in the gap before it
+TIMING_SHAPE = (64, 64, 128, 4)
+TIMING_ITERS = 512
+TIMING_BURSTS = 16
+TIMING_BURST = 8
+TIMING_GAP = 4000
+
+
+def hold_windows(product_ends, bursts) -> dict:
+    """Where elementwise bursts slow the products beside them: each product's
+    interval (from the previous one's end to its own, SM clock cycles) by
+    where its midpoint falls: `during` a burst [start, end], `after` one
+    (from its end for as long again), else `idle`. Returns {kind: median
+    interval} for the kinds that occur, and `n_<kind>` counts."""
+    import statistics
+
+    bursts = sorted(bursts)
+    kinds: dict = {"idle": [], "during": [], "after": []}
+    for t0, t1 in zip(product_ends, product_ends[1:]):
+        mid = (t0 + t1) / 2
+        kind = "idle"
+        for start, end in bursts:
+            if start <= mid <= end:
+                kind = "during"
+                break
+            if end < mid <= end + (end - start):
+                kind = "after"
+                break
+        kinds[kind].append(t1 - t0)
+    out = {kind: statistics.median(v) for kind, v in kinds.items() if v}
+    out.update({f"n_{kind}": len(v) for kind, v in kinds.items()})
+    return out
+
+
+def bench_dot_exp_timing(r: Runner, K):
+    """When does elementwise work hold the SM's tensor pipe: while it runs, or
+    after? (The engine charges the serial fraction from the start of each
+    softmax phase; a shared tensor pipe settles CTAs as the H100 does only if
+    it comes after: experiments/unit_sharing.py, session 43.) One product CTA
+    and one elementwise CTA an SM (dot_exp_timing); rows
+    `dot_exp_timing`, per elementwise kind: the median product interval
+    during a burst and in the window as long right after it, over the one
+    in the gaps (per SM, then the median SM), and the SMs that held one of
+    each."""
+    import statistics
+
+    torch = r.torch
+    bm, bn, bk, warps = TIMING_SHAPE
+    a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
+    b = (torch.randn(bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
+    grid = 2 * r.sms
+    for kind, fma in (("exp", False), ("fma", True)):
+        stamps = torch.zeros(grid * (TIMING_ITERS + 1), device="cuda", dtype=torch.int64)
+        K["dot_exp_timing"][(grid,)](a, b, stamps, TIMING_ITERS, r.sms, TIMING_BURSTS, BURST=TIMING_BURST,
+                                     GAP=TIMING_GAP, BM=bm, BN=bn, BK=bk, FMA=fma, num_warps=warps, num_stages=1)
+        torch.cuda.synchronize()
+        rows = stamps.cpu().view(grid, TIMING_ITERS + 1).tolist()
+        products, bursts = {}, {}
+        for pid, row in enumerate(rows):
+            sm = row[-1]
+            if (pid // r.sms) % 2 == 0:
+                products.setdefault(sm, []).append(row[:TIMING_ITERS])
+            else:
+                bursts.setdefault(sm, []).append([(row[2 * k], row[2 * k + 1]) for k in range(TIMING_BURSTS)])
+        during, after, idle, lengths = [], [], [], []
+        for sm, ends in products.items():
+            if len(ends) != 1 or len(bursts.get(sm, ())) != 1:
+                continue    # (an SM with other than one of each)
+            w = hold_windows(ends[0], bursts[sm][0])
+            if "idle" in w and "during" in w and "after" in w:
+                during.append(w["during"] / w["idle"])
+                after.append(w["after"] / w["idle"])
+                idle.append(w["idle"])
+                lengths.append(statistics.median(e - s for s, e in bursts[sm][0]))
+        if not during:
+            r.add("dot_exp_timing", f"{bm}x{bn}x{bk}_w{warps}_{kind}", float("nan"), "ratio",
+                  detail="no SM held one product CTA and one burst CTA")
+            continue
+        for when, ratios in (("during", during), ("after", after)):
+            r.add("dot_exp_timing", f"{bm}x{bn}x{bk}_w{warps}_{kind}_{when}", statistics.median(ratios), "ratio",
+                  detail=f"median product interval {when} a {kind} burst over the one in the gaps, per SM, "
+                         f"median of {len(ratios)} SMs (p10 {sorted(ratios)[len(ratios) // 10]:.3f}, "
+                         f"p90 {sorted(ratios)[len(ratios) * 9 // 10]:.3f}); idle interval "
+                         f"{statistics.median(idle):.0f} clk, burst {statistics.median(lengths):.0f} clk "
+                         f"({TIMING_BURST} iterations), gap {TIMING_GAP} clk, {TIMING_BURSTS} bursts")
+
+
 # (BM, BN, BK, warps) of dot_fill: Q Kᵀ-sized SS products. 64x64x128 reads
 # its operands from SMEM at the SMEM's 128 B a clock (8 m64n64k16 a warpgroup:
 # 32 KB in the 256 cycles of its tensor time), so any bandwidth its B tile's

@@ -286,6 +286,52 @@ def triton_kernels():
         tl.store(C + pid * BM * BN + rm[:, None] * BN + rn[None, :], acc + x)
 
     @triton.jit
+    def dot_exp_timing(A, B, STAMPS, iters, sms, bursts, BURST: tl.constexpr, GAP: tl.constexpr,
+                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMA: tl.constexpr):
+        # When does elementwise work hold an SM's tensor pipe: while it runs,
+        # or after? CTAs of even rounds (pid // sms) run [BM, BK] x [BK, BN]
+        # products back to back, each on the last, and stamp the SM's clock64
+        # once each is in (its row maxima); CTAs of odd rounds, beside them on
+        # the same SMs, wait GAP cycles, then run BURST iterations of one exp2
+        # (or four FMAs) an element of a [BM, BN] tile, `bursts` times, and
+        # stamp each burst's start and end. STAMPS[pid]: iters slots (a
+        # product CTA's ends; a burst CTA's starts and ends, two a burst),
+        # then its SM.
+        pid = tl.program_id(0)
+        rm = tl.arange(0, BM)
+        first = rm == 0
+        base = STAMPS + pid * (iters + 1)
+        tl.store(base + iters + rm * 0, sm_id(pid).to(tl.int64) + rm * 0, mask=first)
+        if (pid // sms) % 2 == 0:
+            a = tile(A, BM, BK)
+            b = tile(B, BK, BN)
+            acc = tl.zeros([BM, BN], tl.float32)
+            for i in range(iters):
+                acc = tl.dot(a, b, acc)
+                m = tl.max(acc, 1)
+                clk = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [m.to(tl.int32, bitcast=True)],
+                                                dtype=tl.int64, is_pure=False, pack=1)
+                tl.store(base + i + rm * 0, clk, mask=first)
+        else:
+            rn = tl.arange(0, BN)
+            x = (rm[:, None] * BN + rn[None, :] + pid).to(tl.float32) * 1e-6
+            for k in range(bursts):
+                t0 = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [k], dtype=tl.int64,
+                                               is_pure=False, pack=1)
+                t = t0
+                while t - t0 < GAP:
+                    t = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [k], dtype=tl.int64,
+                                                  is_pure=False, pack=1)
+                x = x + (t & 0).to(tl.float32)      # the burst starts once the wait is over
+                for j in range(BURST):
+                    x = elementwise(x, FMA)
+                done = tl.max(tl.max(x, 1), 0)
+                e = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [done.to(tl.int32, bitcast=True)],
+                                              dtype=tl.int64, is_pure=False, pack=1)
+                tl.store(base + 2 * k, t)
+                tl.store(base + 2 * k + 1, e)
+
+    @triton.jit
     def dot_pair(A, B1, B2, C, iters1, iters2, sms, BM: tl.constexpr, BK: tl.constexpr,
                  BN1: tl.constexpr, BN2: tl.constexpr, MODE: tl.constexpr):
         # Does a wgmma starved of SMEM operands hold the tensor pipe against other
@@ -457,7 +503,7 @@ def triton_kernels():
     return dict(hbm_read=hbm_read, hbm_write=hbm_write, hbm_copy=hbm_copy, tile_write=tile_write,
                 tma_setup=tma_setup, store_overlap=store_overlap, l2_read=l2_read, l2_shared_read=l2_shared_read,
                 l2_write=l2_write, l2_round_trip=l2_round_trip,
-                dot_shape=dot_shape, dot_stream=dot_stream, dot_exp_mix=dot_exp_mix, dot_pair=dot_pair, dot_chain=dot_chain,
+                dot_shape=dot_shape, dot_stream=dot_stream, dot_exp_mix=dot_exp_mix, dot_exp_timing=dot_exp_timing, dot_pair=dot_pair, dot_chain=dot_chain,
                 softmax_mix=softmax_mix, exp2_loop=exp2_loop, empty=empty)
 
 DOT_SHAPES = {"bf16": (128, 256, 64), "fp16": (128, 256, 64), "fp8": (128, 256, 128)}

@@ -171,7 +171,8 @@ def bench_dot_exp_timing(r: Runner, K):
     grid = 2 * r.sms
     for kind, fma in (("exp", False), ("fma", True)):
         stamps = torch.zeros(grid * (TIMING_ITERS + 1), device="cuda", dtype=torch.int64)
-        K["dot_exp_timing"][(grid,)](a, b, stamps, TIMING_ITERS, r.sms, TIMING_BURSTS, BURST=TIMING_BURST,
+        c = torch.empty(grid, device="cuda", dtype=torch.float32)
+        K["dot_exp_timing"][(grid,)](a, b, c, stamps, TIMING_ITERS, r.sms, TIMING_BURSTS, BURST=TIMING_BURST,
                                      GAP=TIMING_GAP, BM=bm, BN=bn, BK=bk, FMA=fma, num_warps=warps, num_stages=1)
         torch.cuda.synchronize()
         rows = stamps.cpu().view(grid, TIMING_ITERS + 1).tolist()

@@ -38,9 +38,12 @@ those the engine's own full simulation settles into:
   ends. Two CTAs settle 0.10-0.21 of a period apart whatever offset they
   start with, as the H100's do, but for 64x128x64 w4 (0.17; the H100 0.42
   in one build, 0.20 in the other); its 4-warp steps at two CTAs an SM are
-  7-17% slower than in order. Whether the softmax holds the tensor pipe
-  during its work or after it is not measured: the match rests on that
-  (session 43).
+  7-17% slower than in order. The match rests on that timing, and the
+  H100 says otherwise: calibrate.py dot_exp_timing (session 43) slows a
+  product CTA's products 8% while an exp2 or FMA burst runs beside it on
+  its SM and 1% in the window as long right after. The softmax holds the
+  pipe while it works, as the engine charges it; what settles the H100's
+  CTAs near each other is still to be found.
 
 A launch of more CTAs an SM than the SM holds (registers, SMEM) runs in
 waves of what it holds, as the bench's did. Only rates and the compiled

@@ -251,3 +251,20 @@ def test_hold_windows_sets_products_during_and_after_bursts_against_the_gaps():
     assert w["n_during"] >= 1 and w["n_after"] >= 1
     assert w["n_idle"] + w["n_during"] + w["n_after"] == len(ends) - 1
     assert "during" not in hold_windows(ends, [])
+
+
+def test_elementwise_work_holds_the_tensor_pipe_while_it_runs():
+    """calibrate.py dot_exp_timing on the H100 (session 43, two runs alike):
+    a product CTA's products beside an exp2 or FMA burst on their SM take 8%
+    longer while the burst runs and 1% in the window as long right after it,
+    as the engine charges the serial fraction (from the start of each
+    softmax phase), not after it (experiments/unit_sharing.py's `tensor
+    shared + f after`)."""
+    import csv
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "results" / "calibration_h100.csv"
+    rows = {r["param"]: float(r["value"]) for r in csv.DictReader(open(path)) if r["bench"] == "dot_exp_timing"}
+    for kind in ("exp", "fma"):
+        during, after = rows[f"64x64x128_w4_{kind}_during"], rows[f"64x64x128_w4_{kind}_after"]
+        assert during > 1.05 and abs(after - 1) < 0.02 and during - 1 > 4 * (after - 1)

@@ -31,7 +31,9 @@ def measured():
 
 @pytest.fixture(scope="module")
 def engine():
-    return _added((key, predicted) for key, predicted, _ in replay_stream(stream_rows()))
+    # (the four-stage rows, which no engine test holds, not replayed)
+    rows = [row for row in stream_rows() if row[5] != "stream_s4"]
+    return _added((key, predicted) for key, predicted, _ in replay_stream(rows))
 
 
 def _of(added: dict, kind: str, per_sm: int) -> dict:
@@ -90,7 +92,9 @@ def test_online_stream_at_the_launchs_time():
     rows = stream_rows(bench="dot_chain_online_stream", kernel=True)
     assert len(rows) == 39
     measured = {row[:6]: row[8] for row in rows}
-    predicted = {key: value for key, value, _ in replay_stream(rows, online=True)}
+    # (the two- and four-stage rows are not held here: not replayed, half a minute less of CI)
+    replayed = [row for row in rows if row[5] not in ("stream_s2", "stream_s4")]
+    predicted = {key: value for key, value, _ in replay_stream(replayed, online=True)}
     gpu, eng = _added(measured.items()), _added(predicted.items())
     three_stages = [key for key in gpu if key[5] in ("stream", "distinct")]
     assert len(three_stages) == 16
@@ -104,23 +108,24 @@ def test_online_stream_at_the_launchs_time():
 def test_wide_online_steps_at_d64():
     """calibrate.py dot_chain_online_stream_wide (H100, session 43): the online
     chain at D = 64 for 64x128 w4 (one and two CTAs an SM), 128x128 w4 (one
-    and two) and 128x128 w8 (one), timed by the launch; the two-stage rows
-    left out. Held on chip the engine is within 7% of every row. Streamed at
-    three stages the GPU adds 176-368 cycles a step, the engine 73-165 in 12
-    of the 13 rows (128x128 w4, two an SM, each CTA on its own tiles: 328
-    against 225), so it times the in-step streams at two an SM 7-11% short,
+    and two) and 128x128 w8 (one), timed by the launch; the two- and
+    four-stage rows left out. Held on chip the engine is within 7% of every
+    row. Streamed at three stages the GPU adds 176-368 cycles a step, the
+    engine 73-165 in 9 of the 10 rows (128x128 w4, two an SM, each CTA on
+    its own tiles: 328 against 225), so it times the in-step streams at two an SM 7-11% short,
     the kind of config h100.measured puts 15-21% fast at D64 N8192 (64x128
     w4 s3, 128x128 w4 s3): the rest lies outside the chain and its copies.
     Held where it stands: this fails when the engine moves."""
-    rows = [row for row in stream_rows(bench="dot_chain_online_stream_wide", kernel=True) if row[5] != "stream_s2"]
-    assert len(rows) == 18
+    rows = [row for row in stream_rows(bench="dot_chain_online_stream_wide", kernel=True)
+            if row[5] not in ("stream_s2", "stream_s4")]
+    assert len(rows) == 15
     measured = {row[:6]: row[8] for row in rows}
     predicted = {key: value for key, value, _ in replay_stream(rows, online=True)}
     for key, value in measured.items():
         if key[5] == "held":
             assert abs(predicted[key] / value - 1) <= 0.07, (key, predicted[key], value)
     gpu, eng = _added(measured.items()), _added(predicted.items())
-    assert len(gpu) == 13 and all(170 <= value <= 375 for value in gpu.values()), gpu
+    assert len(gpu) == 10 and all(170 <= value <= 375 for value in gpu.values()), gpu
     assert [key for key in gpu if eng[key] >= gpu[key]] == [(128, 128, 64, 4, 2, "distinct")], (gpu, eng)
     assert all(70 <= eng[key] <= 170 for key in gpu if key[4] == 1 or key[5] == "stream"), eng
     for key in ((64, 128, 64, 4, 2, "stream"), (128, 128, 64, 4, 2, "stream")):

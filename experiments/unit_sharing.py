@@ -33,7 +33,7 @@ those the engine's own full simulation settles into:
   by the warpgroups with a product in it (as it interleaves two warpgroups
   of one CTA, session 27's dot_chain_phase; the engine does that within a
   CTA only, Mma.issued_with), the serial fraction's block one more sharer:
-  0.35-0.50 apart, its steps those of `in order + f` within 0.1%;
+  two CTAs 0.35-0.50 apart, its steps those of `in order + f` within 1.1%;
 - `tensor shared + f after`: the same, the block charged as each phase
   ends. Two CTAs settle 0.10-0.21 of a period apart whatever offset they
   start with, as the H100's do, but for 64x128x64 w4 (0.17; the H100 0.42
@@ -73,7 +73,8 @@ from experiments.step_errors import BENCHES, CSV, chain_rows, resident  # noqa: 
 RULES = ("in order + f", "in order", "shared", "shared, staggered", "tensor shared + f",
          "tensor shared + f after")
 # the second CTA of an SM started this many cycles late (calibrate.py
-# dot_chain_sm_phase's stagger_start): does a rule keep the offset? (--delays)
+# dot_chain_sm_phase's stagger_start): does a rule keep the offset? (compare
+# and report give each + f rule's phases after such starts)
 DELAYS = (150, 300, 600, 900)
 STEPS = 48              # a CTA's steps simulated; periods over the last two thirds, phases the last third
 LATENCY_SEARCH = 4000.0  # cycles: the chain latencies searched for (the rows need at most ~2500)

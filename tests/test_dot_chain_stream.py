@@ -112,9 +112,10 @@ def test_wide_online_steps_at_d64():
     four-stage rows left out. Held on chip the engine is within 7% of every
     row. Streamed at three stages the GPU adds 176-368 cycles a step, the
     engine 73-165 in 9 of the 10 rows (128x128 w4, two an SM, each CTA on
-    its own tiles: 328 against 225), so it times the in-step streams at two an SM 7-11% short,
-    the kind of config h100.measured puts 15-21% fast at D64 N8192 (64x128
-    w4 s3, 128x128 w4 s3): the rest lies outside the chain and its copies.
+    its own tiles: 328 against 225), so it times the in-step streams at two
+    an SM 7-11% short, the kind of config h100.measured puts 15-21% fast at
+    D64 N8192 (64x128 w4 s3, 128x128 w4 s3): the rest lies outside the chain
+    and its copies.
     Held where it stands: this fails when the engine moves."""
     rows = [row for row in stream_rows(bench="dot_chain_online_stream_wide", kernel=True)
             if row[5] not in ("stream_s2", "stream_s4")]

@@ -117,8 +117,9 @@ def bench_dot_exp_overlap(r: Runner, K):
 
 # dot_exp_timing (session 43): a 64x64x128 product CTA beside an exp2 (or
 # FMA) CTA on each SM, the elementwise work in bursts of 8 tile iterations
-# (2048 MUFU cycles an exp2 burst) GAP cycles apart, each burst's product
-# intervals set against those in the gap before it
+# (8 x 4096 exp2s: 2048 cycles at the MUFU's rate, ~6950 as the H100 runs
+# their dependent chains) GAP cycles apart, the products during and right
+# after each burst set against those in the gaps
 TIMING_SHAPE = (64, 64, 128, 4)
 TIMING_ITERS = 512
 TIMING_BURSTS = 16

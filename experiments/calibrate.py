@@ -58,7 +58,7 @@ from experiments.calibration.compute_benches import (FP8_DOT_CHAINS, MORE_DOT_CH
                                                      STREAM_CHAINS_D64, STREAM_PER_SM_D64, WIDE_DOT_CHAINS, _dot_tflops,
                                                      bench_dot_chain, bench_dot_chain_phase, bench_dot_chain_sm_phase,
                                                      bench_dot_chain_stream,
-                                                     bench_dot_exp_overlap, bench_dot_exp_timing,
+                                                     bench_dot_exp_overlap, bench_dot_exp_timing, bench_dot_pair_timing,
                                                      bench_dot_fill, bench_dot_pair, bench_exp2_triton, bench_softmax_mix,
                                                      bench_wgmma_shapes)
 from experiments.calibration.cross_compile import DOT_CHAIN_LOOPS, cmd_check, cmd_loops  # noqa: E402
@@ -116,6 +116,7 @@ def cmd_run(args) -> int:
              ("wgmma_shapes", lambda: bench_wgmma_shapes(r, K)),
              ("dot_exp_overlap", lambda: bench_dot_exp_overlap(r, K)),
              ("dot_exp_timing", lambda: bench_dot_exp_timing(r, K)),
+             ("dot_pair_timing", lambda: bench_dot_pair_timing(r, K)),
              ("dot_pair", lambda: bench_dot_pair(r, K)),
              ("dot_fill", lambda: bench_dot_fill(r, K)),
              ("dot_chain", lambda: bench_dot_chain(r, K)),
@@ -219,7 +220,7 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=os.environ.get("OUT") or os.path.join(ROOT, "experiments", "results"))
     p.add_argument("--quick", action="store_true", help="smaller buffers and fewer sizes")
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,tile_write,tma_setup,store_overlap,l2,wgmma,cuda,softmax_mix,"
-                                              "l2_store,l2_round_trip,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_exp_timing,dot_pair,dot_fill,dot_chain,dot_chain_wide,dot_chain_more,dot_chain_fp8,dot_chain_online,dot_chain_phase,dot_chain_sm_phase,"
+                                              "l2_store,l2_round_trip,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_exp_timing,dot_pair_timing,dot_pair,dot_fill,dot_chain,dot_chain_wide,dot_chain_more,dot_chain_fp8,dot_chain_online,dot_chain_phase,dot_chain_sm_phase,"
                                               "dot_chain_stream,dot_chain_stream_d64,dot_chain_online_stream,dot_chain_online_stream_wide,"
                                               "exp2_triton,latency,loaded_latency,"
                                               "launch,cta_cycle,cta_stamps,cta_dispatch")

@@ -287,7 +287,8 @@ def triton_kernels():
 
     @triton.jit
     def dot_exp_timing(A, B, C, STAMPS, iters, sms, bursts, BURST: tl.constexpr, GAP: tl.constexpr,
-                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMA: tl.constexpr):
+                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMA: tl.constexpr,
+                       PAIR: tl.constexpr = False):
         # When does elementwise work hold an SM's tensor pipe: while it runs,
         # or after? CTAs of even rounds (pid // sms) run [BM, BK] x [BK, BN]
         # products back to back, each on the last, and stamp the SM's clock64
@@ -298,13 +299,14 @@ def triton_kernels():
         # product CTA's ends; a burst CTA's starts and ends, two a burst),
         # then its SM. C[pid]: a sum of its results, which keeps the work
         # from being compiled away (stamps alone left one empty 64x8x16 HGMMA
-        # in the loop).
+        # in the loop). PAIR: every CTA runs the products (two product CTAs an
+        # SM: does the tensor pipe take their products in turn or together?).
         pid = tl.program_id(0)
         rm = tl.arange(0, BM)
         first = rm == 0
         base = STAMPS + pid * (iters + 1)
         tl.store(base + iters + rm * 0, sm_id(pid).to(tl.int64) + rm * 0, mask=first)
-        if (pid // sms) % 2 == 0:
+        if PAIR or (pid // sms) % 2 == 0:
             a = tile(A, BM, BK)
             b = tile(B, BK, BN)
             acc = tl.zeros([BM, BN], tl.float32)

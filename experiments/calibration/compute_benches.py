@@ -442,47 +442,53 @@ STREAM_VARIANTS = (("held", 0, 0, 1), ("stream", STREAM_TILES, 0, STREAM_STAGES)
 # within 2.5%, while the online chain held on chip is within 1-10% at every
 # count (validation_notes.md, session 40)
 ONLINE_STREAM_CHAINS = ((64, 64, 64, 4), (128, 64, 64, 4), (128, 64, 64, 8))
+# dot_pair_timing (session 43): product shapes whose tensor time is 128, 256
+# and 512 cycles (4096 flop a clock), at 1, 2 and 4 CTAs an SM
+PAIR_SHAPES = ((64, 64, 64, 4), (64, 64, 128, 4), (64, 128, 128, 4))
+PAIR_PER_SM = (1, 2, 4)
+
+
 def bench_dot_pair_timing(r: Runner, K):
-    """Does an SM's tensor pipe take two CTAs' products in turn or together?
-    dot_exp_timing's product loop (a 64x64x128 product on the last, each
-    one's end stamped) alone on each SM, then two CTAs an SM (PAIR). In turn,
-    whole products alternating, two CTAs settle half a period apart and a
-    product's interval grows by less than its tensor time (the other's
-    stamps and barriers fill the gaps); together, interleaved as the pipe
-    takes one CTA's two warpgroups (dot_chain_phase, session 27), their
-    products end at once, in step. Rows `dot_pair_timing`: `alone` and
-    `paired` (a CTA's median product interval, clk), `phase` (the two CTAs'
-    phase apart, co_resident_phases over the middle half; 0 in step, 0.5
-    furthest), median over SMs."""
+    """Does an SM's tensor pipe take several CTAs' products in turn or
+    together? dot_exp_timing's product loop (PAIR: every CTA runs it; each
+    product on the last, each one's end stamped) at 1, 2 and 4 CTAs an SM.
+    In turn, whole products alternating, two CTAs settle half a period
+    apart; together, interleaved as the pipe takes one CTA's two warpgroups
+    (dot_chain_phase, session 27), in step. Rows `dot_pair_timing`:
+    `{shape}_x{n}` a CTA's median product interval (clk, median CTA) and,
+    from two CTAs an SM on, `{shape}_x{n}_phase` the phase apart of an SM's
+    CTAs (co_resident_phases over the middle half; 0 in step, 0.5 furthest)."""
     import statistics
 
     torch = r.torch
-    bm, bn, bk, warps = TIMING_SHAPE
-    a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
-    b = (torch.randn(bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
-    name = f"{bm}x{bn}x{bk}_w{warps}"
     middle = slice(TIMING_ITERS // 4, 3 * TIMING_ITERS // 4)
-    for per_sm in (1, 2):
-        grid = per_sm * r.sms
-        stamps = torch.zeros(grid * (TIMING_ITERS + 1), device="cuda", dtype=torch.int64)
-        c = torch.empty(grid, device="cuda", dtype=torch.float32)
-        K["dot_exp_timing"][(grid,)](a, b, c, stamps, TIMING_ITERS, r.sms, 0, BURST=1, GAP=0, BM=bm, BN=bn,
-                                     BK=bk, FMA=False, PAIR=True, num_warps=warps, num_stages=1)
-        torch.cuda.synchronize()
-        rows = stamps.cpu().view(grid, TIMING_ITERS + 1).tolist()
-        intervals = [statistics.median(t1 - t0 for t0, t1 in zip(row[middle], row[middle][1:])) for row in rows]
-        kind = "alone" if per_sm == 1 else "paired"
-        r.add("dot_pair_timing", f"{name}_{kind}", statistics.median(intervals), "clk",
-              detail=f"{grid} CTAs ({per_sm} an SM) x {TIMING_ITERS} products, each one's end stamped; "
-                     f"a CTA's median interval over the middle half, median CTA "
-                     f"(p10 {sorted(intervals)[grid // 10]:.0f}, p90 {sorted(intervals)[grid * 9 // 10]:.0f})")
-        if per_sm == 2:
-            shares, _ = co_resident_phases([row[middle] for row in rows], [row[-1] for row in rows])
-            if shares:
-                r.add("dot_pair_timing", f"{name}_phase", statistics.median(shares), "share",
-                      detail=f"two product CTAs an SM: their phase apart, median over the {len(shares)} SMs "
-                             f"whose two overlapped (p10 {sorted(shares)[len(shares) // 10]:.2f}, "
-                             f"p90 {sorted(shares)[len(shares) * 9 // 10]:.2f}); 0 in step, 0.5 furthest")
+    for bm, bn, bk, warps in PAIR_SHAPES:
+        a = (torch.randn(bm, bk, device="cuda") * 0.1).to(torch.bfloat16)
+        b = (torch.randn(bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        name = f"{bm}x{bn}x{bk}_w{warps}"
+        for per_sm in PAIR_PER_SM:
+            grid = per_sm * r.sms
+            stamps = torch.zeros(grid * (TIMING_ITERS + 1), device="cuda", dtype=torch.int64)
+            c = torch.empty(grid, device="cuda", dtype=torch.float32)
+            K["dot_exp_timing"][(grid,)](a, b, c, stamps, TIMING_ITERS, r.sms, 0, BURST=1, GAP=0, BM=bm, BN=bn,
+                                         BK=bk, FMA=False, PAIR=True, num_warps=warps, num_stages=1)
+            torch.cuda.synchronize()
+            rows = stamps.cpu().view(grid, TIMING_ITERS + 1).tolist()
+            intervals = sorted(statistics.median(t1 - t0 for t0, t1 in zip(row[middle], row[middle][1:]))
+                               for row in rows)
+            r.add("dot_pair_timing", f"{name}_x{per_sm}", statistics.median(intervals), "clk",
+                  detail=f"{grid} CTAs ({per_sm} an SM) x {TIMING_ITERS} products of {4 * bm * bn * bk // 2} "
+                         f"flop, each one's end stamped; a CTA's median interval over the middle half, median "
+                         f"CTA (p10 {intervals[grid // 10]:.0f}, p90 {intervals[grid * 9 // 10]:.0f})")
+            if per_sm > 1:
+                shares, _ = co_resident_phases([row[middle] for row in rows], [row[-1] for row in rows])
+                if shares:
+                    shares.sort()
+                    r.add("dot_pair_timing", f"{name}_x{per_sm}_phase", statistics.median(shares), "share",
+                          detail=f"{per_sm} product CTAs an SM: the phase apart of each pair of an SM's CTAs "
+                                 f"whose products overlapped, median of {len(shares)} pairs (p10 "
+                                 f"{shares[len(shares) // 10]:.2f}, p90 {shares[len(shares) * 9 // 10]:.2f}); "
+                                 f"0 in step, 0.5 furthest")
 
 
 # ... and the wide D = 64 steps whose configs the model rates 10-20% faster

@@ -52,6 +52,12 @@ nothing is fitted to the rows of 2 or more CTAs an SM whose errors and phases
 it prints. A diagnostic only: no profile number comes from it.
 
     PYTHONPATH=. python experiments/unit_sharing.py [--profile h100.measured] [--shapes 64x64x64w4,...]
+    PYTHONPATH=. python experiments/unit_sharing.py --pairs    # calibrate.py dot_pair_timing in the engine
+
+--pairs replays calibrate.py's dot_pair_timing rows (products alone, one CTA
+on the last, at 1, 2 and 4 CTAs an SM) in the engine's full simulation
+(pair_timing): does its tensor pipe take several CTAs' products in turn, as
+the H100's does?
 """
 from __future__ import annotations
 
@@ -304,6 +310,76 @@ def compare(gpu, shapes=None) -> list[dict]:
     return out
 
 
+PAIR_ITERATIONS = 64    # a CTA's products in the engine's replay (intervals over the middle half)
+
+
+def pair_timing(gpu, path: str = CSV) -> list[dict]:
+    """calibrate.py dot_pair_timing's rows beside the engine: per product
+    shape, the loop's products (async wgmma, waited for at once) and the
+    rest of its trip as a wait of its own (the one-CTA row less the engine's
+    product alone), at 1, 2 and 4 CTAs an SM, full simulation. Per shape and
+    count: {'shape', 'n', 'gpu', 'engine' (a CTA's product interval, clk),
+    'gpu_phase', 'engine_phase' (two or more CTAs an SM; co_resident_phases)}."""
+    from algorithms.ops import IssueStalls, Loop, Mma, MmaWait
+    from algorithms.problem import AttentionProblem
+    from algorithms.schedule import CtaProgram, Launch, Role, Schedule
+    import gpusim.engine.core as core
+    from experiments.calibration.compute_benches import PAIR_PER_SM, PAIR_SHAPES, co_resident_phases
+    from gpusim.engine import simulate
+
+    measured = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["bench"] == "dot_pair_timing":
+                measured[r["param"]] = float(r["value"])
+    clock = gpu.clock_hz
+    out = []
+    for bm, bn, bk, warps in PAIR_SHAPES:
+        name = f"{bm}x{bn}x{bk}_w{warps}"
+        if f"{name}_x1" not in measured:
+            raise GpusimError(f"{path} has no dot_pair_timing row {name}_x1: run calibrate.py dot_pair_timing")
+        mma = Mma(bm, bn, bk, "bf16", "wgmma", is_async=True)
+
+        def run(per_sm: int, rest_cycles: float) -> tuple[float, float | None]:
+            body = (mma, MmaWait(0), IssueStalls(rest_cycles))
+            program = CtaProgram((Role("warpgroup", warps, (Loop("products", PAIR_ITERATIONS, lambda i: body,
+                                                                  None),)),))
+            grid = gpu.gpu.sm_count * per_sm
+            launch = Launch("dot_pair_timing", grid, 32 * warps, (bm * bk + bk * bn) * 2, 64,
+                            lambda cta: program, classes=lambda: [(0, grid)], cost_key=lambda cta: 0)
+            problem = AttentionProblem(batch=1, heads=1, seqlen_q=bm, head_dim=64)
+            ends: dict = {}
+            handler = core.Engine._mma_wait
+
+            def stamped(engine, op, role, cta):     # (when each product of SM 0's CTAs is in)
+                event = handler(engine, op, role, cta)
+                if cta.sm.index == 0:
+                    ends.setdefault(id(cta), []).append(
+                        (engine.env._now + (event._delay if event is not None else 0.0)) * clock)
+                return event
+
+            core.Engine._mma_wait = stamped
+            try:
+                simulate(Schedule("dot_pair_timing", problem, None, (launch,), {}), gpu, fast=False)
+            finally:
+                core.Engine._mma_wait = handler
+            series = [t[PAIR_ITERATIONS // 4: 3 * PAIR_ITERATIONS // 4] for t in ends.values()]
+            interval = statistics.median(statistics.median(b - a for a, b in zip(s, s[1:])) for s in series)
+            phase = None
+            if per_sm > 1:
+                shares, _ = co_resident_phases(series, [0] * len(series))
+                phase = statistics.median(shares)
+            return interval, phase
+
+        alone, _ = run(1, 0.0)
+        rest = measured[f"{name}_x1"] - alone
+        for per_sm in PAIR_PER_SM:
+            interval, phase = run(per_sm, rest)
+            out.append({"shape": name, "n": per_sm, "gpu": measured[f"{name}_x{per_sm}"], "engine": interval,
+                        "gpu_phase": measured.get(f"{name}_x{per_sm}_phase"), "engine_phase": phase})
+    return out
+
+
 def parse_shapes(text: str) -> list[tuple]:
     shapes = []
     for item in text.split(","):
@@ -361,15 +437,28 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="h100.measured", help="a profile name or path (its on-chip rates)")
     parser.add_argument("--shapes", help="only these, e.g. 128x64x128w8,64x64x64w4")
+    parser.add_argument("--pairs", action="store_true",
+                        help="calibrate.py dot_pair_timing's rows in the engine instead (pair_timing)")
     a = parser.parse_args(argv)
     from gpusim.profile import load_profile
     try:
         shapes = parse_shapes(a.shapes) if a.shapes else None
         gpu = load_profile(a.profile)
-        rows = compare(gpu, shapes)
+        if a.pairs:
+            pairs = pair_timing(gpu)
+        else:
+            rows = compare(gpu, shapes)
     except (GpusimError, ValueError, OSError) as e:
         print(f"unit_sharing: {e}", file=sys.stderr)
         return 2
+    if a.pairs:
+        print(f"a CTA's product interval (clk) and CTAs' phase apart, H100 (dot_pair_timing) | engine "
+              f"({gpu.name}, full simulation; the one-CTA row less its product alone taken as a wait)")
+        for p in pairs:
+            phases = "" if p["engine_phase"] is None else f"  phase {p['gpu_phase']:.2f} | {p['engine_phase']:.2f}"
+            print(f"{p['shape']:14s} x{p['n']}: {p['gpu']:6.0f} | {p['engine']:6.0f} "
+                  f"({p['engine'] / p['gpu'] - 1:+6.1%}){phases}")
+        return 0
     report(rows, gpu.name)
     return 0
 

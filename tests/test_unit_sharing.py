@@ -9,7 +9,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from experiments.unit_sharing import RULES, compare, main  # noqa: E402
+from experiments.unit_sharing import RULES, compare, main, pair_timing  # noqa: E402
 from gpusim.profile import load_profile  # noqa: E402
 
 
@@ -80,6 +80,29 @@ def test_a_shared_tensor_pipe_settles_two_ctas_as_the_h100_only_if_the_softmax_b
     assert small["in order + f"][2] / measured[2] - 1 < -0.05
     for rule in ("tensor shared + f", "tensor shared + f after"):
         assert small[rule][4] == pytest.approx(small["in order + f"][4], rel=0.01)
+
+
+def test_the_tensor_pipe_takes_ctas_products_in_turn_as_the_engines_does():
+    """calibrate.py dot_pair_timing (H100, session 43): products alone, each
+    on the last, at 1, 2 and 4 CTAs an SM. The H100's CTAs take them in turn
+    (two 0.38-0.46 of a period apart, four a quarter), as the engine's
+    in-order pipe does, not together as it interleaves one CTA's two
+    warpgroups. 512-cycle products take their tensor time at every count in
+    both; the 128- and 256-cycle ones, whose operands take the SMEM's whole
+    128 B a clock, cost the H100 more beside other CTAs than the engine
+    (-32% and -19% at two CTAs an SM): the rest of the loop (the stamp
+    passes through SMEM) is not the pure wait the replay makes it."""
+    rows = {(r["shape"], r["n"]): r for r in pair_timing(load_profile("h100.measured"))}
+    assert len(rows) == 9
+    for (shape, n), r in rows.items():
+        if n > 1:
+            assert r["engine_phase"] == pytest.approx(r["gpu_phase"], abs=0.13), (shape, n, r)
+            assert r["gpu_phase"] > 0.35 if n == 2 else r["gpu_phase"] < 0.3
+        else:
+            assert r["engine"] == pytest.approx(r["gpu"], rel=1e-6)
+    wide = [rows["64x128x128_w4", n] for n in (2, 4)]
+    assert all(r["engine"] == pytest.approx(r["gpu"], rel=0.01) for r in wide)
+    assert rows["64x64x64_w4", 2]["engine"] / rows["64x64x64_w4", 2]["gpu"] - 1 < -0.25
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -62,7 +62,6 @@ the H100's does?
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import re
 import statistics
@@ -74,6 +73,7 @@ sys.path.insert(0, ROOT)
 import simpy  # noqa: E402
 
 from algorithms.errors import GpusimError  # noqa: E402
+from experiments.calibration.rows import bench_values  # noqa: E402
 from experiments.step_errors import BENCHES, CSV, chain_rows, resident  # noqa: E402
 
 RULES = ("in order + f", "in order", "shared", "shared, staggered", "tensor shared + f",
@@ -239,39 +239,51 @@ def engine_phase(gpu, bm: int, bn: int, d: int, warps: int, regs: int, smem: int
     ENGINE_STEPS steps), the times SM 0's CTAs start their first warpgroup's
     softmax (its Alu: S is in), read by wrapping the engine's Alu handler
     while it runs; co_resident_phases' median."""
-    import gpusim.engine.core as core
     from experiments.calibration.compute_benches import co_resident_phases
     from experiments.step_errors import chain_schedule
+
+    starts = stamped_simulation(chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem,
+                                               iterations=ENGINE_STEPS), gpu, "_alu_fast",
+                                lambda engine, role, event: engine.env._now if role.index == 0 else None)
+    shares, _ = co_resident_phases([t[-(ENGINE_STEPS // 3):] for t in starts], [0] * len(starts))
+    return statistics.median(shares)
+
+
+def stamped_simulation(schedule, gpu, handler: str, stamp) -> list[list[float]]:
+    """The engine's full simulation of `schedule` with core.Engine's op
+    handler `handler` wrapped: at every call by a CTA of SM 0,
+    stamp(engine, role, the event the handler returned) gives a time in
+    seconds, or None for none. Returns each such CTA's stamps, in cycles."""
+    import gpusim.engine.core as core
     from gpusim.engine import simulate
 
-    starts: dict = {}
-    handler = core.Engine._alu_fast
+    stamps: dict = {}
+    original = getattr(core.Engine, handler)
 
     def stamped(engine, op, role, cta):
-        if cta.sm.index == 0 and role.index == 0:
-            starts.setdefault(id(cta), []).append(engine.env._now * gpu.clock_hz)
-        return handler(engine, op, role, cta)
+        event = original(engine, op, role, cta)
+        if cta.sm.index == 0:
+            t = stamp(engine, role, event)
+            if t is not None:
+                stamps.setdefault(id(cta), []).append(t * gpu.clock_hz)
+        return event
 
-    core.Engine._alu_fast = stamped
+    setattr(core.Engine, handler, stamped)
     try:
-        simulate(chain_schedule(bm, bn, d, warps, gpu.gpu.sm_count * per_sm, regs, smem,
-                                iterations=ENGINE_STEPS), gpu, fast=False)
+        simulate(schedule, gpu, fast=False)
     finally:
-        core.Engine._alu_fast = handler
-    shares, _ = co_resident_phases([t[-(ENGINE_STEPS // 3):] for t in starts.values()], [0] * len(starts))
-    return statistics.median(shares)
+        setattr(core.Engine, handler, original)
+    return list(stamps.values())
 
 
 def measured_phases(path: str = CSV) -> dict:
     """{(block_m, block_n, D, warps, CTAs an SM): phase apart} of calibrate.py's
     dot_chain_sm_phase rows of held operands (H100)."""
     out = {}
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["bench"] == "dot_chain_sm_phase":
-                m = re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)", r["param"])
-                if m is not None:       # (the held rows; streamed ones end in their kind)
-                    out[tuple(map(int, m.groups()))] = float(r["value"])
+    for param, value in bench_values("dot_chain_sm_phase", path).items():
+        m = re.fullmatch(r"(\d+)x(\d+)x(\d+)_w(\d+)_x(\d+)", param)
+        if m is not None:       # (the held rows; streamed ones end in their kind)
+            out[tuple(map(int, m.groups()))] = value
     return out
 
 
@@ -323,16 +335,9 @@ def pair_timing(gpu, path: str = CSV) -> list[dict]:
     from algorithms.ops import IssueStalls, Loop, Mma, MmaWait
     from algorithms.problem import AttentionProblem
     from algorithms.schedule import CtaProgram, Launch, Role, Schedule
-    import gpusim.engine.core as core
     from experiments.calibration.compute_benches import PAIR_PER_SM, PAIR_SHAPES, co_resident_phases
-    from gpusim.engine import simulate
 
-    measured = {}
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["bench"] == "dot_pair_timing":
-                measured[r["param"]] = float(r["value"])
-    clock = gpu.clock_hz
+    measured = bench_values("dot_pair_timing", path)
     out = []
     for bm, bn, bk, warps in PAIR_SHAPES:
         name = f"{bm}x{bn}x{bk}_w{warps}"
@@ -348,22 +353,10 @@ def pair_timing(gpu, path: str = CSV) -> list[dict]:
             launch = Launch("dot_pair_timing", grid, 32 * warps, (bm * bk + bk * bn) * 2, 64,
                             lambda cta: program, classes=lambda: [(0, grid)], cost_key=lambda cta: 0)
             problem = AttentionProblem(batch=1, heads=1, seqlen_q=bm, head_dim=64)
-            ends: dict = {}
-            handler = core.Engine._mma_wait
-
-            def stamped(engine, op, role, cta):     # (when each product of SM 0's CTAs is in)
-                event = handler(engine, op, role, cta)
-                if cta.sm.index == 0:
-                    ends.setdefault(id(cta), []).append(
-                        (engine.env._now + (event._delay if event is not None else 0.0)) * clock)
-                return event
-
-            core.Engine._mma_wait = stamped
-            try:
-                simulate(Schedule("dot_pair_timing", problem, None, (launch,), {}), gpu, fast=False)
-            finally:
-                core.Engine._mma_wait = handler
-            series = [t[PAIR_ITERATIONS // 4: 3 * PAIR_ITERATIONS // 4] for t in ends.values()]
+            ends = stamped_simulation(      # (when each product is in)
+                Schedule("dot_pair_timing", problem, None, (launch,), {}), gpu, "_mma_wait",
+                lambda engine, role, event: engine.env._now + (event._delay if event is not None else 0.0))
+            series = [t[PAIR_ITERATIONS // 4: 3 * PAIR_ITERATIONS // 4] for t in ends]
             interval = statistics.median(statistics.median(b - a for a, b in zip(s, s[1:])) for s in series)
             phase = None
             if per_sm > 1:

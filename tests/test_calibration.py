@@ -260,11 +260,7 @@ def test_elementwise_work_holds_the_tensor_pipe_while_it_runs():
     as the engine charges the serial fraction (from the start of each
     softmax phase), not after it (experiments/unit_sharing.py's `tensor
     shared + f after`)."""
-    import csv
-    import pathlib
-
-    path = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "results" / "calibration_h100.csv"
-    rows = {r["param"]: float(r["value"]) for r in csv.DictReader(open(path)) if r["bench"] == "dot_exp_timing"}
+    rows = calibration_rows.bench_values("dot_exp_timing")
     for kind in ("exp", "fma"):
         during, after = rows[f"64x64x128_w4_{kind}_during"], rows[f"64x64x128_w4_{kind}_after"]
         assert during > 1.05 and abs(after - 1) < 0.02 and during - 1 > 4 * (after - 1)

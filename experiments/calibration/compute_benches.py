@@ -153,6 +153,20 @@ def hold_windows(product_ends, bursts) -> dict:
     return out
 
 
+def _timing_stamps(r: Runner, K, a, b, grid: int, bursts: int, **constexprs) -> list[list[int]]:
+    """One launch of dot_exp_timing on operands a, b over `grid` CTAs: each
+    CTA's STAMPS row (TIMING_ITERS slots, then its SM)."""
+    torch = r.torch
+    bm, bk = a.shape
+    bn = b.shape[1]
+    stamps = torch.zeros(grid * (TIMING_ITERS + 1), device="cuda", dtype=torch.int64)
+    c = torch.empty(grid, device="cuda", dtype=torch.float32)
+    K["dot_exp_timing"][(grid,)](a, b, c, stamps, TIMING_ITERS, r.sms, bursts, BM=bm, BN=bn, BK=bk,
+                                 num_stages=1, **constexprs)
+    torch.cuda.synchronize()
+    return stamps.cpu().view(grid, TIMING_ITERS + 1).tolist()
+
+
 def bench_dot_exp_timing(r: Runner, K):
     """When does elementwise work hold the SM's tensor pipe: while it runs, or
     after? (The engine charges the serial fraction from the start of each
@@ -171,12 +185,8 @@ def bench_dot_exp_timing(r: Runner, K):
     b = (torch.randn(bk, bn, device="cuda") * 0.1).to(torch.bfloat16)
     grid = 2 * r.sms
     for kind, fma in (("exp", False), ("fma", True)):
-        stamps = torch.zeros(grid * (TIMING_ITERS + 1), device="cuda", dtype=torch.int64)
-        c = torch.empty(grid, device="cuda", dtype=torch.float32)
-        K["dot_exp_timing"][(grid,)](a, b, c, stamps, TIMING_ITERS, r.sms, TIMING_BURSTS, BURST=TIMING_BURST,
-                                     GAP=TIMING_GAP, BM=bm, BN=bn, BK=bk, FMA=fma, num_warps=warps, num_stages=1)
-        torch.cuda.synchronize()
-        rows = stamps.cpu().view(grid, TIMING_ITERS + 1).tolist()
+        rows = _timing_stamps(r, K, a, b, grid, TIMING_BURSTS, BURST=TIMING_BURST, GAP=TIMING_GAP, FMA=fma,
+                              num_warps=warps)
         products, bursts = {}, {}
         for pid, row in enumerate(rows):
             sm = row[-1]
@@ -468,12 +478,7 @@ def bench_dot_pair_timing(r: Runner, K):
         name = f"{bm}x{bn}x{bk}_w{warps}"
         for per_sm in PAIR_PER_SM:
             grid = per_sm * r.sms
-            stamps = torch.zeros(grid * (TIMING_ITERS + 1), device="cuda", dtype=torch.int64)
-            c = torch.empty(grid, device="cuda", dtype=torch.float32)
-            K["dot_exp_timing"][(grid,)](a, b, c, stamps, TIMING_ITERS, r.sms, 0, BURST=1, GAP=0, BM=bm, BN=bn,
-                                         BK=bk, FMA=False, PAIR=True, num_warps=warps, num_stages=1)
-            torch.cuda.synchronize()
-            rows = stamps.cpu().view(grid, TIMING_ITERS + 1).tolist()
+            rows = _timing_stamps(r, K, a, b, grid, 0, BURST=1, GAP=0, FMA=False, PAIR=True, num_warps=warps)
             intervals = sorted(statistics.median(t1 - t0 for t0, t1 in zip(row[middle], row[middle][1:]))
                                for row in rows)
             r.add("dot_pair_timing", f"{name}_x{per_sm}", statistics.median(intervals), "clk",

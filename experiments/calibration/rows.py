@@ -3,6 +3,7 @@ a (bench, param) (median_rows) and merged into the committed file (merge_rows).
 """
 from __future__ import annotations
 
+import csv
 import math
 import os
 
@@ -13,6 +14,12 @@ DEFAULT_CSV = os.path.join(ROOT, "experiments", "results", "calibration_h100.csv
 COLUMNS = ["bench", "param", "value", "unit", "clock_mhz_nvml", "clock_mhz_kernel", "detail",
            "gpu", "sm_count", "sm_clock_mhz", "max_sm_clock_mhz", "driver", "cuda", "torch",
            "triton", "cupy", "git_commit", "date", "command"]
+
+
+def bench_values(bench: str, path: str = DEFAULT_CSV) -> dict[str, float]:
+    """{param: value} of the calibration CSV's rows of `bench`."""
+    with open(path, newline="") as f:
+        return {r["param"]: float(r["value"]) for r in csv.DictReader(f) if r["bench"] == bench}
 
 
 def median_rows(runs: list[list[dict]]) -> list[dict]:

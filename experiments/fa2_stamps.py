@@ -162,6 +162,50 @@ def cmd_measure(args) -> int:
     return 0
 
 
+STEP_FIELDS = ("case", "cta", "sm", "start_ns", "looped_ns", "end_ns", "clock_mhz",
+               *(f"step{j}_ns" for j in range(16)), "kernel_us", "kernel_stamped_us",
+               "gpu", "git_commit", "date", "command")
+
+
+def cmd_steps(args) -> int:
+    """Each CTA's phases as `measure` stamps them, and the global timer as each
+    of its first fa2.STEP_STAMPS K/V steps has its row sums (the interval
+    between two is a step as the CTA ran it beside its neighbours)."""
+    import torch
+    import triton
+
+    from kernels import fa2
+    from kernels.provenance import write_csv_atomic
+
+    prov = gpu_probe.start("fa2_stamps.py", args.out, None)
+    if prov is None:
+        return 2
+    rows = []
+    for case in selected(args.cases):
+        problem, cfg = problem_config(case)
+        q, k, v, stamps = _stamped_inputs(problem, cfg)
+        wide = torch.zeros(len(stamps), fa2.STAMP_SLOTS + fa2.STEP_STAMPS, dtype=torch.int64, device="cuda")
+        plain = triton.testing.do_bench(lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg))
+        stamped = triton.testing.do_bench(
+            lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg, stamps=wide))
+        for _ in range(3):
+            wide.zero_()
+            fa2.forward(q, k, v, causal=problem.causal, config=cfg, stamps=wide)
+        torch.cuda.synchronize()
+        made = stamp_rows(wide[:, :fa2.STAMP_SLOTS].contiguous(), prov, case=case_name(case),
+                          kernel_us=round(plain * 1e3, 2), kernel_stamped_us=round(stamped * 1e3, 2))
+        t0 = int(wide[:, 0].min())
+        for row, steps in zip(made, wide[:, fa2.STAMP_SLOTS:].cpu().tolist()):
+            for j, t in enumerate(steps):
+                row[f"step{j}_ns"] = t - t0 if t else ""
+        rows += made
+        print(f"{case_name(case)}: {plain * 1e3:.1f} us ({stamped * 1e3:.1f} us with step stamps), "
+              f"{len(wide)} CTAs", flush=True)
+    write_csv_atomic(args.out, rows, STEP_FIELDS)
+    print(f"wrote {args.out}")
+    return 0
+
+
 # The lockstep question (session 26): at causal N16k D128 with two stages the
 # first wave, 128 CTAs of one head started together, steps ~25% slower than
 # every later CTA. Either they wait on L2's bandwidth in bursts (all load at
@@ -456,6 +500,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="experiments/results/fa2_stamps_h100.csv")
     p.add_argument("--cases", help="comma-separated case names (default: all)")
     p.set_defaults(func=cmd_measure)
+    p = sub.add_parser("steps", help="GPU: stamp every CTA of the cases and its first 16 K/V steps")
+    p.add_argument("--out", default="experiments/results/fa2_stamps_steps_h100.csv")
+    p.add_argument("--cases", help="comma-separated case names (default: all)")
+    p.set_defaults(func=cmd_steps)
     p = sub.add_parser("warmth", help="GPU: the first wave's steps with the K/V in L2 or not")
     p.add_argument("--out", default="experiments/results/fa2_stamps_warmth_h100.csv")
     p.set_defaults(func=cmd_warmth, cases=None)

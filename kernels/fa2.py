@@ -56,44 +56,56 @@ def _fa2_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, n_kv, 
 
 
 # int64 slots a CTA fills with stamps=: the global timer at its start, after
-# its K/V loop and at its end, its SM, and its SM's clock64 at start and end
+# its K/V loop and at its end, its SM, and its SM's clock64 at start and end;
+# a stamps tensor wider by STEP_STAMPS also takes the global timer as each of
+# the CTA's first STEP_STAMPS K/V steps has its row sums (its softmax done)
 STAMP_SLOTS = 6
+STEP_STAMPS = 16
 _STAMP_SLOTS = tl.constexpr(STAMP_SLOTS)
 
 
 @triton.jit
-def _stamp(STAMPS, slot: tl.constexpr, value, BLOCK_M: tl.constexpr):
+def _stamp(STAMPS, slot, value, BLOCK_M: tl.constexpr, STRIDE: tl.constexpr = _STAMP_SLOTS):
     """Diagnostics (experiments/fa2_stamps.py): STAMPS[cta, slot] = value (of row 0)."""
     cta = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
     rows = tl.arange(0, BLOCK_M)
-    tl.store(STAMPS + cta * _STAMP_SLOTS + slot + rows * 0, value.to(tl.int64), mask=rows == 0)
+    tl.store(STAMPS + cta * STRIDE + slot + rows * 0, value.to(tl.int64), mask=rows == 0)
+
+
+@triton.jit
+def _stamp_step(STAMPS, j, l_i, BLOCK_M: tl.constexpr, STEPS: tl.constexpr):
+    """Diagnostics: STAMPS[cta, STAMP_SLOTS + j] = the global timer once step
+    j's row sums `l_i` exist, for the first STEPS steps."""
+    if j < STEPS:
+        _stamp(STAMPS, _STAMP_SLOTS + j, global_timer(l_i.to(tl.int32, bitcast=True)), BLOCK_M,
+               _STAMP_SLOTS + STEPS)
 
 
 @triton.jit
 def _stamp_cta(STAMPS, started, looped, started_clk, after, offs_m, BLOCK_M: tl.constexpr,
-               LOOPED: tl.constexpr = True):
+               LOOPED: tl.constexpr = True, STRIDE: tl.constexpr = _STAMP_SLOTS):
     """Diagnostics: the CTA's STAMP_SLOTS, its end read once `after` (int32) is
     computed: the global timer at its start, at its loop's end (`looped`; its
     end where the kernel has no such mark, LOOPED False) and at its end, its
-    SM, and its SM's clock64 at its start and end."""
+    SM, and its SM's clock64 at its start and end (in rows of STRIDE slots)."""
     ended = global_timer(after)
     ended_clk = sm_clock(after)
-    _stamp(STAMPS, 0, started, BLOCK_M)
+    _stamp(STAMPS, 0, started, BLOCK_M, STRIDE)
     if LOOPED:
-        _stamp(STAMPS, 1, looped, BLOCK_M)
+        _stamp(STAMPS, 1, looped, BLOCK_M, STRIDE)
     else:
-        _stamp(STAMPS, 1, ended, BLOCK_M)
-    _stamp(STAMPS, 2, ended, BLOCK_M)
-    _stamp(STAMPS, 3, sm_id(offs_m), BLOCK_M)
-    _stamp(STAMPS, 4, started_clk, BLOCK_M)
-    _stamp(STAMPS, 5, ended_clk, BLOCK_M)
+        _stamp(STAMPS, 1, ended, BLOCK_M, STRIDE)
+    _stamp(STAMPS, 2, ended, BLOCK_M, STRIDE)
+    _stamp(STAMPS, 3, sm_id(offs_m), BLOCK_M, STRIDE)
+    _stamp(STAMPS, 4, started_clk, BLOCK_M, STRIDE)
+    _stamp(STAMPS, 5, ended_clk, BLOCK_M, STRIDE)
 
 
 @triton.jit
 def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
              H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-             STAMPED: tl.constexpr = False):
+             STAMPED: tl.constexpr = False, STEPS_STAMPED: tl.constexpr = 0):
     # STAMPED (diagnostics only; compiled out otherwise): the global timer at
     # the CTA's start, after its K/V loop and at its end, its SM, and the
     # SM's cycle counter at its start and end (its clock: cycles over ns)
@@ -126,17 +138,22 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
         acc, l_i, m_i = _fa2_block(acc, l_i, m_i, q, k_ptrs + j * BLOCK_N * HEAD_DIM,
                                    v_ptrs + j * BLOCK_N * HEAD_DIM, j * BLOCK_N, offs_m, offs_n,
                                    n_kv, causal_off, qk_scale, False, CAUSAL, HEAD_DIM)
+        if STEPS_STAMPED > 0:
+            _stamp_step(STAMPS, j, l_i, BLOCK_M, STEPS_STAMPED)
     for j in range(n_full, n_blocks):
         acc, l_i, m_i = _fa2_block(acc, l_i, m_i, q, k_ptrs + j * BLOCK_N * HEAD_DIM,
                                    v_ptrs + j * BLOCK_N * HEAD_DIM, j * BLOCK_N, offs_m, offs_n,
                                    n_kv, causal_off, qk_scale, True, CAUSAL, HEAD_DIM)
+        if STEPS_STAMPED > 0:
+            _stamp_step(STAMPS, j, l_i, BLOCK_M, STEPS_STAMPED)
 
     if STAMPED:
         # read once the last block's row sums exist (its P·V product may still run)
         looped = global_timer(l_i.to(tl.int32, bitcast=True))
     store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
     if STAMPED:
-        _stamp_cta(STAMPS, started, looped, started_clk, l_i.to(tl.int32, bitcast=True), offs_m, BLOCK_M)
+        _stamp_cta(STAMPS, started, looped, started_clk, l_i.to(tl.int32, bitcast=True), offs_m, BLOCK_M,
+                   True, _STAMP_SLOTS + STEPS_STAMPED)
 
 
 def kernel_arguments(problem: AttentionProblem, q, k, v, o, lse, scale: float, stamps=None):
@@ -146,7 +163,8 @@ def kernel_arguments(problem: AttentionProblem, q, k, v, o, lse, scale: float, s
     args = (q, k, v, o, lse, scale * LOG2E, problem.seqlen_q, problem.seqlen_kv,
             problem.causal_offset, stamps if stamps is not None else lse)
     kwargs = dict(H=problem.heads, GROUP=problem.group_size, HEAD_DIM=problem.head_dim,
-                  CAUSAL=problem.causal, STAMPED=stamps is not None)
+                  CAUSAL=problem.causal, STAMPED=stamps is not None,
+                  STEPS_STAMPED=0 if stamps is None else stamps.shape[1] - STAMP_SLOTS)
     return args, kwargs
 
 
@@ -158,17 +176,20 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     dtype, and LSE [B,H,Nq] fp32 (natural log) when return_lse. `stamps`, an
     int64 tensor [CTAs, STAMP_SLOTS] (diagnostics), receives per CTA in launch
     order the global timer (ns) at start, after the K/V loop and at the end,
-    its SM, and its SM's clock64 at start and end."""
+    its SM, and its SM's clock64 at start and end; [CTAs, STAMP_SLOTS +
+    STEP_STAMPS] also the global timer as each of its first STEP_STAMPS K/V
+    steps has its row sums."""
     problem = problem_of(q, k, v, causal)
     cfg = resolve_config("fa2", problem, config, q.device)
     scale = resolve_scale(sm_scale, problem.head_dim)
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     grid = (cdiv(problem.seqlen_q, cfg.block_m), problem.batch * problem.heads)
-    if stamps is not None and (tuple(stamps.shape) != (grid[0] * grid[1], STAMP_SLOTS)
+    if stamps is not None and (tuple(stamps.shape) not in ((grid[0] * grid[1], STAMP_SLOTS),
+                                                           (grid[0] * grid[1], STAMP_SLOTS + STEP_STAMPS))
                                or stamps.dtype != torch.int64 or stamps.device != q.device):
         raise ValueError(f"stamps must be an int64 tensor of shape ({grid[0] * grid[1]}, {STAMP_SLOTS}) "
-                         f"(CTAs, stamp slots) on "
+                         f"or ({grid[0] * grid[1]}, {STAMP_SLOTS + STEP_STAMPS}) (CTAs, stamp slots) on "
                          f"{q.device}, got {stamps.dtype} {tuple(stamps.shape)} on {stamps.device}")
     args, kwargs = kernel_arguments(problem, q, k, v, o, lse, scale, stamps)
     launch(_fa2_fwd[grid], *args, **kwargs, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,

@@ -328,6 +328,85 @@ def predicted_phases(case, profile: str):
     return result.runtime_s * 1e6, phases(ctas), fit
 
 
+class _CopyTracer(_CtaTracer):
+    """_CtaTracer that also keeps, per CTA, when its first role issued each K
+    copy (the engine's tracer calls load() per copy)."""
+
+    def __init__(self):
+        super().__init__()
+        self.k_issued: dict = {}    # CTA -> issue times (s) of its K copies, in order
+
+    def load(self, sm, cta, tile, issued, arrived):
+        if tile.tensor == "K" and (len(tile) < 5 or tile[4] == 0):
+            self.k_issued.setdefault(cta, []).append(issued)
+
+
+def step_periods(times: list, first: int = 0) -> dict:
+    """{position: [interval]} between consecutive entries of each CTA's list of
+    times, from its entry `first` on (position 1 is the first interval)."""
+    out: dict = {}
+    for seq in times:
+        seq = seq[first:]
+        for j, (a, b) in enumerate(zip(seq, seq[1:]), start=1):
+            out.setdefault(j, []).append(b - a)
+    return out
+
+
+def cmd_steps_compare(args) -> int:
+    """Per case: the median step (cycles) at each of a CTA's first positions,
+    GPU (step stamps, at the CTA's own clock) and engine (full simulation:
+    intervals between its K copies, each issued as a step ends), and a CTA's
+    code start to its first step's end on both."""
+    import algorithms
+    from gpusim.engine import simulate
+    from gpusim.profile import load_profile
+
+    try:
+        opener = gzip.open if args.measured.endswith(".gz") else open
+        with opener(args.measured, "rt") as f:
+            rows = list(csv.DictReader(f))
+        by_case: dict = {}
+        for r in rows:
+            by_case.setdefault(r["case"], []).append(
+                (float(r["clock_mhz"]), int(r["start_ns"]),
+                 [int(r[f"step{j}_ns"]) for j in range(16) if r[f"step{j}_ns"]]))
+    except (OSError, KeyError, ValueError) as e:
+        print(f"fa2_stamps steps-compare: cannot read {args.measured}: {e}", file=sys.stderr)
+        return 2
+    gpu = load_profile(args.profile)
+    cycles_engine = gpu.clock_hz
+    for case in selected(args.cases):
+        name = case_name(case)
+        if name not in by_case:
+            continue
+        ctas = by_case[name]
+        # each CTA's intervals in cycles of its own clock (ns x MHz / 1e3)
+        measured = step_periods([[t * mhz / 1e3 for t in steps] for mhz, _, steps in ctas])
+        first_us = statistics.median((steps[0] - start) / 1e3 for _, start, steps in ctas if steps)
+        problem, cfg = problem_config(case)
+        tracer = _CopyTracer()
+        simulate(algorithms.build("fa2", problem, cfg), gpu, fast=False, tracer=tracer)
+        # the prologue issues the first stages - 1 copies; each later one ends a
+        # step (the copy for step stages - 1 + j as step j ends)
+        engine = step_periods(list(tracer.k_issued.values()), first=cfg.num_stages - 1)
+        # the engine's CTA slice starts as its slot is taken: its code starts after
+        # its warps' launch and the CTA's turnover (at least; the SM may launch
+        # another CTA's warps first)
+        setup = (gpu.launch.warp_dispatch_cycles * cfg.num_warps + gpu.launch.cta_turnover_cycles) / gpu.clock_hz
+        started = {index: start / 1e6 for index, (_, start, _, _) in zip(tracer.index, tracer.ctas)}
+        engine_first_us = statistics.median(
+            (issued[cfg.num_stages - 1] - started[cta] - setup) * 1e6
+            for cta, issued in tracer.k_issued.items() if len(issued) >= cfg.num_stages and cta in started)
+        shown = [j for j in range(1, 16) if measured.get(j) and engine.get(j)]
+        med = statistics.median
+        print(f"{name}: code start -> first step's end, GPU {first_us:.2f} µs (its row sums), "
+              f"engine {engine_first_us:.2f} µs (as it issues the copy for step {cfg.num_stages - 1})")
+        print("  position " + " ".join(f"{j:>5}" for j in shown))
+        print("  GPU      " + " ".join(f"{med(measured[j]):5.0f}" for j in shown))
+        print("  engine   " + " ".join(f"{med(engine[j]) * cycles_engine:5.0f}" for j in shown), flush=True)
+    return 0
+
+
 # One CTA an SM (session 27): each config of the D = 64 cases alone on its SM,
 # one head of 128 CTAs (N = 16384 at block_m 128, 8192 at 64), so a step's
 # time is the chain of one CTA's warps with no other CTA to fill the SM.
@@ -504,6 +583,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="experiments/results/fa2_stamps_steps_h100.csv")
     p.add_argument("--cases", help="comma-separated case names (default: all)")
     p.set_defaults(func=cmd_steps)
+    p = sub.add_parser("steps-compare", help="CPU: the GPU's steps (step stamps) beside the engine's, "
+                                             "cycles at each of a CTA's first positions")
+    p.add_argument("--measured", default="experiments/results/fa2_stamps_steps_h100.csv.gz")
+    p.add_argument("--profile", default="h100.measured")
+    p.add_argument("--cases", help="comma-separated case names (default: all)")
+    p.set_defaults(func=cmd_steps_compare)
     p = sub.add_parser("warmth", help="GPU: the first wave's steps with the K/V in L2 or not")
     p.add_argument("--out", default="experiments/results/fa2_stamps_warmth_h100.csv")
     p.set_defaults(func=cmd_warmth, cases=None)

@@ -122,3 +122,57 @@ def test_lone_cases_are_checked_against_the_lone_list():
     names = "N16384_D128_c0_128x128w8s2,N16384_D64_c0_128x64w4s3"
     assert [fa2_stamps.case_name(c) for c in fa2_stamps.lone_selected(names)] == \
         ["N16384_D64_c0_128x64w4s3", "N16384_D128_c0_128x128w8s2"]
+
+
+def test_step_periods_are_consecutive_intervals_by_position():
+    got = fa2_stamps.step_periods([[0, 10, 30, 33], [5, 6], [1, 2, 4, 8]], first=1)
+    assert got == {1: [20, 2], 2: [3, 4]}
+
+
+def test_the_engine_tells_a_tracer_each_ctas_k_copies():
+    """The engine hands a tracer with load() every copy with its CTA: one fa2
+    head at N = 512 (eight Q blocks of 64 rows), causal, so Q block q copies
+    q + 1 K blocks, the first two in its prologue (three stages), in time order."""
+    import algorithms
+    from algorithms.problem import AttentionProblem, TileConfig
+    from gpusim.engine import simulate
+    from gpusim.profile import load_profile
+
+    tracer = fa2_stamps._CopyTracer()
+    problem = AttentionProblem(batch=1, heads=1, seqlen_q=512, head_dim=64, causal=True)
+    simulate(algorithms.build("fa2", problem, TileConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)),
+             load_profile("h100.measured"), fast=False, tracer=tracer)
+    assert {cta: len(times) for cta, times in tracer.k_issued.items()} == {q: q + 1 for q in range(8)}
+    assert all(times == sorted(times) for times in tracer.k_issued.values())
+    assert sorted(tracer.index) == list(range(8))
+
+
+def test_steps_compare_rejects_a_file_without_the_step_columns(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("case,cta,sm,start_ns,clock_mhz\nx,1,0,0,1800\n")
+    assert fa2_stamps.main(["steps-compare", "--measured", str(bad)]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_step_stamps_fall_between_a_ctas_start_and_its_loop_end():
+    """Causal N = 512, 64 x 64 blocks: Q block q runs q + 1 steps, each stamped
+    (up to STEP_STAMPS) in order between its start and its loop's end, the
+    slots after its last step left at zero, and the output unchanged."""
+    import torch
+
+    from kernels import fa2
+    from kernels.common import make_inputs
+
+    problem, cfg = fa2_stamps.problem_config((512, 64, True, 64, 64, 4, 3))
+    q, k, v = make_inputs(2, 4, 512, 64)
+    stamps = torch.zeros(8 * 8, fa2.STAMP_SLOTS + fa2.STEP_STAMPS, dtype=torch.int64, device="cuda")
+    out = fa2.forward(q, k, v, causal=True, config=cfg, stamps=stamps)
+    ref = fa2.forward(q, k, v, causal=True, config=cfg)
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)
+    for cta, row in enumerate(stamps.cpu().tolist()):
+        steps = row[fa2.STAMP_SLOTS:]
+        taken = cta % 8 + 1
+        assert all(t == 0 for t in steps[taken:]), (cta, steps)
+        assert row[0] <= steps[0] and steps[:taken] == sorted(steps[:taken]) and steps[taken - 1] <= row[1], (cta, row)

@@ -133,10 +133,11 @@ class _Role:
 
 class _Cta:
     __slots__ = ("sm", "barriers", "last_store", "roles", "env", "stores", "all_stored", "together", "arrivals",
-                 "exact", "carries", "issued_at", "issued_left")
+                 "exact", "carries", "issued_at", "issued_left", "index")
 
-    def __init__(self, sm, barriers, env):
+    def __init__(self, sm, barriers, env, index: int = -1):
         self.sm = sm
+        self.index = index          # its place in the launch's order
         self.exact = False          # simulate every iteration (Engine._round_trip)
         self.carries = False        # its loop carries tiles through L2: skips replay them in small chunks (_chunks)
         self.arrivals: dict = {}    # (signal, engine) -> a load's then(t) (Engine._load)
@@ -513,11 +514,16 @@ class Engine(LoopSkipping, CtaGhosting):
         return arrived
 
     def _traced_arrival(self, deliver, cta: _Cta, op: Load, now: float):
+        """deliver(t), the load's slice traced first; a tracer with a load()
+        method also learns the CTA and the tile (experiments/fa2_stamps.py)."""
         extra = self.tma_extra if op.engine == TMA else 0.0
         tracer, sm_index, tensor, engine = self.tracer, cta.sm.index, op.tile.tensor, op.engine
+        per_load = getattr(tracer, "load", None)
 
         def arrived(t):
             tracer.slice(sm_index, f"load {engine}", tensor, now, t + extra)
+            if per_load is not None:
+                per_load(sm_index, cta.index, op.tile, now, t + extra)
             deliver(t)
         return arrived
 
@@ -564,7 +570,7 @@ class Engine(LoopSkipping, CtaGhosting):
         barriers = _Barriers(env)
         for name, tokens in program.barriers.items():
             barriers[name] = Barrier(env, tokens)
-        cta = _Cta(sm, barriers, env)
+        cta = _Cta(sm, barriers, env, index)
         # What CTAs of one cost class share: their loop keys and how their roles skip
         known = self._class_cache.get(cost_class)
         if known is None:

@@ -357,10 +357,6 @@ def cmd_steps_compare(args) -> int:
     GPU (step stamps, at the CTA's own clock) and engine (full simulation:
     intervals between its K copies, each issued as a step ends), and a CTA's
     code start to its first step's end on both."""
-    import algorithms
-    from gpusim.engine import simulate
-    from gpusim.profile import load_profile
-
     try:
         opener = gzip.open if args.measured.endswith(".gz") else open
         with opener(args.measured, "rt") as f:
@@ -373,6 +369,10 @@ def cmd_steps_compare(args) -> int:
     except (OSError, KeyError, ValueError) as e:
         print(f"fa2_stamps steps-compare: cannot read {args.measured}: {e}", file=sys.stderr)
         return 2
+    import algorithms
+    from gpusim.engine import simulate
+    from gpusim.profile import load_profile
+
     gpu = load_profile(args.profile)
     cycles_engine = gpu.clock_hz
     for case in selected(args.cases):

@@ -562,6 +562,62 @@ def bench_dot_chain_stream(r: Runner, K, chains=STREAM_CHAINS, per_sms=(1, 2), b
                              f"from its start to its end over its iterations (median CTA)")
 
 
+# dot_chain_online_sync (session 44): the online chain held on chip with 0, 1
+# or 2 more CTA-wide barriers a step, at 1-4 CTAs an SM. fa2's 4-warp CTAs run
+# one warp a sub-partition and meet at two barriers a step; the engine runs a
+# warpgroup's four warps as one and charges a barrier nothing, and its steps
+# with one or two warps a sub-partition come out 15-40% short (with four,
+# within 6%; validation_notes.md, session 44)
+SYNC_CHAINS = ((64, 64, 64, 4), (128, 64, 64, 4), (128, 64, 64, 8))
+SYNC_PER_SM = (1, 2, 3, 4)
+SYNC_COUNTS = (0, 1, 2)
+
+
+def bench_dot_chain_sync(r: Runner, K):
+    """What does a CTA-wide barrier cost a flash step beside other CTAs?
+    dot_chain with fa2's online softmax, B and V held on chip, and SYNC_COUNTS
+    more barriers a step (SYNC: BAR.SYNC between the softmax and P·V, and
+    between S = A·B and the softmax), at
+    SYNC_PER_SM CTAs an SM where they fit together: rows
+    `dot_chain_online_sync`, the launch's time an iteration in cycles at the
+    clock read in the kernel, and `dot_chain_online_sync_cta`, the median
+    CTA's own clock64 cycles an iteration."""
+    torch = r.torch
+    for bm, bn, d, warps in SYNC_CHAINS:
+        a = (torch.randn(bm, d, device="cuda") * 0.1).to(torch.bfloat16)
+        b = (torch.randn(d, bn, device="cuda") * 0.1).to(torch.bfloat16)
+        v = (torch.randn(bn, d, device="cuda") * 0.1).to(torch.bfloat16)
+        iters = 2048 if not r.args.quick else 256
+        for per_sm in SYNC_PER_SM:
+            grid = r.sms * per_sm
+            c = torch.empty(grid, device="cuda", dtype=torch.float32)
+            clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
+            for sync in SYNC_COUNTS:
+
+                def fn():
+                    return K["dot_chain"][(grid,)](a, b, v, c, iters, clk, clk, 0, BM=bm, BN=bn, BK=d, D=d,
+                                                   CLOCKED=True, ONLINE=True, SYNC=sync, num_warps=warps,
+                                                   num_stages=1)
+
+                compiled = fn()
+                torch.cuda.synchronize()
+                regs = getattr(compiled, "n_regs", 0) or 0
+                if per_sm > 1 and (not r.smem_fits(per_sm, compiled.metadata.shared)
+                                   or per_sm * regs * 32 * warps > r.props.regs_per_multiprocessor):
+                    continue    # they would not fit an SM together
+                with r.sampler() as s:
+                    ms = r.event_loop(fn, n=5)
+                kmhz, cta_cycles = stamped_clock(clk)
+                param = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_sync{sync}"
+                r.add("dot_chain_online_sync", param, ms * 1e3 / iters * kmhz, "clk/iter", s.mhz, kmhz,
+                      detail=f"dot_chain with fa2's online softmax, held on chip, {sync} more BAR.SYNC a step: "
+                             f"the launch's time an iteration, {ms:.3f} ms / {iters} iters, in cycles at the "
+                             f"clock read in the kernel ({kmhz:.0f} MHz); {grid} CTAs ({per_sm} an SM; {regs} "
+                             f"registers a thread), smem {compiled.metadata.shared} B")
+                r.add("dot_chain_online_sync_cta", param, cta_cycles / iters, "clk/iter", s.mhz, kmhz,
+                      detail="a CTA's clock64 from its start to its end over its iterations (median CTA)")
+
+
 # The dot_chain shapes with two warpgroups: where the engine and the GPU part
 # (tests/test_dot_chain.py's held-out rows)
 PHASE_CHAINS = ((128, 64, 128, 8), (128, 64, 64, 8))

@@ -403,7 +403,7 @@ def triton_kernels():
                   BK: tl.constexpr, D: tl.constexpr, CLOCKED: tl.constexpr = False,
                   PHASE_STEPS: tl.constexpr = 0, TILES: tl.constexpr = 0, SPREAD: tl.constexpr = 0,
                   FP8: tl.constexpr = False, ONLINE: tl.constexpr = False, SMID=None, ARRIVED=None,
-                  PER_SM: tl.constexpr = 1, SPIN: tl.constexpr = 0):
+                  PER_SM: tl.constexpr = 1, SPIN: tl.constexpr = 0, SYNC: tl.constexpr = 0):
         # A dependent chain per iteration, operands on chip: S = A·B (SMEM
         # operands), an exp2 and a row max on S, then acc += P·V with P from
         # registers -- the shape of a flash-attention step without its loads.
@@ -430,6 +430,10 @@ def triton_kernels():
         # SMID: the SM each CTA ran on, stored at its end (which CTAs shared
         # an SM, for the phase stamps of several CTAs an SM). SPIN: the CTAs
         # an SM takes start their loops SPIN cycles apart (stagger_start).
+        # SYNC: that many more CTA-wide barriers (BAR.SYNC) a step, the first
+        # between the softmax and P·V, the second between S = A·B and the
+        # softmax: what a barrier costs a CTA whose warps its neighbours' warps
+        # hold back on some sub-partitions and not others.
         pid = tl.program_id(0)
         if CLOCKED:
             clock_stamp(CLK, 0, pid)
@@ -447,6 +451,8 @@ def triton_kernels():
                 b = operand(B + j * BK * BN, BK, BN, FP8)
                 v = operand(V + j * BN * D, BN, D, FP8)
             s = tl.dot(a, b)
+            if SYNC >= 2:
+                tl.debug_barrier()
             if ONLINE:
                 p, alpha, l, m = softmax_update(s, m, l, 0.01)
                 acc = acc * alpha[:, None]
@@ -455,6 +461,8 @@ def triton_kernels():
                 if PHASE_STEPS:
                     phase_stamp(STAMPS, i - first, m, BM, PHASE_STEPS)
                 p = tl.exp2(s * 0.01 - m[:, None] * 0.01)
+            if SYNC >= 1:
+                tl.debug_barrier()
             acc = tl.dot(p.to(v.dtype), v, acc)
         out = tl.sum(tl.sum(acc, 1), 0) + tl.sum(m, 0)
         if ONLINE:

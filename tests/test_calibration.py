@@ -264,3 +264,20 @@ def test_elementwise_work_holds_the_tensor_pipe_while_it_runs():
     for kind in ("exp", "fma"):
         during, after = rows[f"64x64x128_w4_{kind}_during"], rows[f"64x64x128_w4_{kind}_after"]
         assert during > 1.05 and abs(after - 1) < 0.02 and during - 1 > 4 * (after - 1)
+
+
+def test_a_barrier_costs_a_one_warpgroup_cta_nothing_beside_its_neighbours():
+    """calibrate.py dot_chain_online_sync on the H100 (session 44): one or two
+    more CTA-wide barriers a step leave fa2's online step held on chip within
+    5% of none at one to four 4-warp CTAs an SM (one warp a sub-partition
+    each), so a 4-warp CTA waiting for its slowest sub-partition is not what
+    the engine's short steps there miss; two 8-warp CTAs an SM pay 1-2.5% a
+    barrier (their two warpgroups meet)."""
+    rows = calibration_rows.bench_values("dot_chain_online_sync")
+    for shape, counts in (("64x64x64_w4", (1, 2, 3, 4)), ("128x64x64_w4", (1, 2))):
+        for per_sm in counts:
+            none = rows[f"{shape}_x{per_sm}_sync0"]
+            for sync in (1, 2):
+                assert abs(rows[f"{shape}_x{per_sm}_sync{sync}"] / none - 1) < 0.05, (shape, per_sm, sync)
+    none, one, two = (rows[f"128x64x64_w8_x2_sync{n}"] for n in (0, 1, 2))
+    assert none < one < two and 0.005 < one / none - 1 < 0.03 and 0.005 < two / one - 1 < 0.03

@@ -163,14 +163,15 @@ def cmd_measure(args) -> int:
 
 
 STEP_FIELDS = ("case", "cta", "sm", "start_ns", "looped_ns", "end_ns", "clock_mhz",
-               *(f"step{j}_ns" for j in range(16)), "kernel_us", "kernel_stamped_us",
+               *(f"step{j}_ns" for j in range(16)), "q_ready_ns", "kernel_us", "kernel_stamped_us",
                "gpu", "git_commit", "date", "command")
 
 
 def cmd_steps(args) -> int:
-    """Each CTA's phases as `measure` stamps them, and the global timer as each
+    """Each CTA's phases as `measure` stamps them, the global timer as each
     of its first fa2.STEP_STAMPS K/V steps has its row sums (the interval
-    between two is a step as the CTA ran it beside its neighbours)."""
+    between two is a step as the CTA ran it beside its neighbours), and as
+    its Q block has arrived."""
     import torch
     import triton
 
@@ -184,7 +185,7 @@ def cmd_steps(args) -> int:
     for case in selected(args.cases):
         problem, cfg = problem_config(case)
         q, k, v, stamps = _stamped_inputs(problem, cfg)
-        wide = torch.zeros(len(stamps), fa2.STAMP_SLOTS + fa2.STEP_STAMPS, dtype=torch.int64, device="cuda")
+        wide = torch.zeros(len(stamps), fa2.STAMP_SLOTS + fa2.STEP_STAMPS + 1, dtype=torch.int64, device="cuda")
         plain = triton.testing.do_bench(lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg))
         stamped = triton.testing.do_bench(
             lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg, stamps=wide))
@@ -196,8 +197,9 @@ def cmd_steps(args) -> int:
                           kernel_us=round(plain * 1e3, 2), kernel_stamped_us=round(stamped * 1e3, 2))
         t0 = int(wide[:, 0].min())
         for row, steps in zip(made, wide[:, fa2.STAMP_SLOTS:].cpu().tolist()):
-            for j, t in enumerate(steps):
+            for j, t in enumerate(steps[:fa2.STEP_STAMPS]):
                 row[f"step{j}_ns"] = t - t0 if t else ""
+            row["q_ready_ns"] = steps[fa2.STEP_STAMPS] - t0
         rows += made
         print(f"{case_name(case)}: {plain * 1e3:.1f} us ({stamped * 1e3:.1f} us with step stamps), "
               f"{len(wide)} CTAs", flush=True)
@@ -330,15 +332,18 @@ def predicted_phases(case, profile: str):
 
 class _CopyTracer(_CtaTracer):
     """_CtaTracer that also keeps, per CTA, when its first role issued each K
-    copy (the engine's tracer calls load() per copy)."""
+    copy and when its Q block arrived (the engine's tracer calls load() per load)."""
 
     def __init__(self):
         super().__init__()
         self.k_issued: dict = {}    # CTA -> issue times (s) of its K copies, in order
+        self.q_arrived: dict = {}   # CTA -> when its (first role's) Q block arrived (s)
 
     def load(self, sm, cta, tile, issued, arrived):
         if tile.tensor == "K" and (len(tile) < 5 or tile[4] == 0):
             self.k_issued.setdefault(cta, []).append(issued)
+        elif tile.tensor == "Q":
+            self.q_arrived.setdefault(cta, arrived)
 
 
 def step_periods(times: list, first: int = 0) -> dict:
@@ -362,10 +367,13 @@ def cmd_steps_compare(args) -> int:
         with opener(args.measured, "rt") as f:
             rows = list(csv.DictReader(f))
         by_case: dict = {}
+        q_ready: dict = {}      # case -> each CTA's code start to its Q block's arrival, µs
         for r in rows:
             by_case.setdefault(r["case"], []).append(
                 (float(r["clock_mhz"]), int(r["start_ns"]),
                  [int(r[f"step{j}_ns"]) for j in range(16) if r[f"step{j}_ns"]]))
+            if r.get("q_ready_ns"):     # (runs from session 44's second on)
+                q_ready.setdefault(r["case"], []).append((int(r["q_ready_ns"]) - int(r["start_ns"])) / 1e3)
     except (OSError, KeyError, ValueError) as e:
         print(f"fa2_stamps steps-compare: cannot read {args.measured}: {e}", file=sys.stderr)
         return 2
@@ -401,6 +409,11 @@ def cmd_steps_compare(args) -> int:
         med = statistics.median
         print(f"{name}: code start -> first step's end, GPU {first_us:.2f} µs (its row sums), "
               f"engine {engine_first_us:.2f} µs (as it issues the copy for step {cfg.num_stages - 1})")
+        if name in q_ready:
+            engine_q = statistics.median((arrived - started[cta] - setup) * 1e6
+                                         for cta, arrived in tracer.q_arrived.items() if cta in started)
+            print(f"  code start -> Q block in: GPU {statistics.median(q_ready[name]):.2f} µs, "
+                  f"engine {engine_q:.2f} µs")
         print("  position " + " ".join(f"{j:>5}" for j in shown))
         print("  GPU      " + " ".join(f"{med(measured[j]):5.0f}" for j in shown))
         print("  engine   " + " ".join(f"{med(engine[j]) * cycles_engine:5.0f}" for j in shown), flush=True)

@@ -57,8 +57,9 @@ def _fa2_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, n_kv, 
 
 # int64 slots a CTA fills with stamps=: the global timer at its start, after
 # its K/V loop and at its end, its SM, and its SM's clock64 at start and end;
-# a stamps tensor wider by STEP_STAMPS also takes the global timer as each of
-# the CTA's first STEP_STAMPS K/V steps has its row sums (its softmax done)
+# a stamps tensor wider by STEP_STAMPS + 1 also takes the global timer as each
+# of the CTA's first STEP_STAMPS K/V steps has its row sums (its softmax done)
+# and, in its last slot, as its Q block has arrived in registers
 STAMP_SLOTS = 6
 STEP_STAMPS = 16
 _STAMP_SLOTS = tl.constexpr(STAMP_SLOTS)
@@ -78,7 +79,15 @@ def _stamp_step(STAMPS, j, l_i, BLOCK_M: tl.constexpr, STEPS: tl.constexpr):
     j's row sums `l_i` exist, for the first STEPS steps."""
     if j < STEPS:
         _stamp(STAMPS, _STAMP_SLOTS + j, global_timer(l_i.to(tl.int32, bitcast=True)), BLOCK_M,
-               _STAMP_SLOTS + STEPS)
+               _STAMP_SLOTS + STEPS + 1)
+
+
+@triton.jit
+def _stamp_q(STAMPS, q, BLOCK_M: tl.constexpr, STEPS: tl.constexpr):
+    """Diagnostics: STAMPS[cta, STAMP_SLOTS + STEPS] = the global timer once
+    the Q block `q` has arrived (a row sum of it computed)."""
+    arrived = tl.sum(q.to(tl.float32), 1).to(tl.int32, bitcast=True)
+    _stamp(STAMPS, _STAMP_SLOTS + STEPS, global_timer(arrived), BLOCK_M, _STAMP_SLOTS + STEPS + 1)
 
 
 @triton.jit
@@ -125,6 +134,8 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = (offs_m < n_q)[:, None]
     q = tl.load(Q + q_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok, other=0.0)
+    if STEPS_STAMPED > 0:
+        _stamp_q(STAMPS, q, BLOCK_M, STEPS_STAMPED)
     k_ptrs = K + kv_base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
     v_ptrs = V + kv_base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
 
@@ -153,7 +164,7 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
     store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
     if STAMPED:
         _stamp_cta(STAMPS, started, looped, started_clk, l_i.to(tl.int32, bitcast=True), offs_m, BLOCK_M,
-                   True, _STAMP_SLOTS + STEPS_STAMPED)
+                   True, _STAMP_SLOTS + STEPS_STAMPED + (STEPS_STAMPED > 0))
 
 
 def kernel_arguments(problem: AttentionProblem, q, k, v, o, lse, scale: float, stamps=None):
@@ -164,7 +175,7 @@ def kernel_arguments(problem: AttentionProblem, q, k, v, o, lse, scale: float, s
             problem.causal_offset, stamps if stamps is not None else lse)
     kwargs = dict(H=problem.heads, GROUP=problem.group_size, HEAD_DIM=problem.head_dim,
                   CAUSAL=problem.causal, STAMPED=stamps is not None,
-                  STEPS_STAMPED=0 if stamps is None else stamps.shape[1] - STAMP_SLOTS)
+                  STEPS_STAMPED=0 if stamps is None else max(0, stamps.shape[1] - STAMP_SLOTS - 1))
     return args, kwargs
 
 
@@ -177,8 +188,8 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     int64 tensor [CTAs, STAMP_SLOTS] (diagnostics), receives per CTA in launch
     order the global timer (ns) at start, after the K/V loop and at the end,
     its SM, and its SM's clock64 at start and end; [CTAs, STAMP_SLOTS +
-    STEP_STAMPS] also the global timer as each of its first STEP_STAMPS K/V
-    steps has its row sums."""
+    STEP_STAMPS + 1] also the global timer as each of its first STEP_STAMPS
+    K/V steps has its row sums, and as its Q block has arrived."""
     problem = problem_of(q, k, v, causal)
     cfg = resolve_config("fa2", problem, config, q.device)
     scale = resolve_scale(sm_scale, problem.head_dim)
@@ -186,10 +197,10 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     grid = (cdiv(problem.seqlen_q, cfg.block_m), problem.batch * problem.heads)
     if stamps is not None and (tuple(stamps.shape) not in ((grid[0] * grid[1], STAMP_SLOTS),
-                                                           (grid[0] * grid[1], STAMP_SLOTS + STEP_STAMPS))
+                                                           (grid[0] * grid[1], STAMP_SLOTS + STEP_STAMPS + 1))
                                or stamps.dtype != torch.int64 or stamps.device != q.device):
         raise ValueError(f"stamps must be an int64 tensor of shape ({grid[0] * grid[1]}, {STAMP_SLOTS}) "
-                         f"or ({grid[0] * grid[1]}, {STAMP_SLOTS + STEP_STAMPS}) (CTAs, stamp slots) on "
+                         f"or ({grid[0] * grid[1]}, {STAMP_SLOTS + STEP_STAMPS + 1}) (CTAs, stamp slots) on "
                          f"{q.device}, got {stamps.dtype} {tuple(stamps.shape)} on {stamps.device}")
     args, kwargs = kernel_arguments(problem, q, k, v, o, lse, scale, stamps)
     launch(_fa2_fwd[grid], *args, **kwargs, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,

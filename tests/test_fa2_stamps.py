@@ -158,7 +158,8 @@ def test_steps_compare_rejects_a_file_without_the_step_columns(tmp_path, capsys)
 def test_step_stamps_fall_between_a_ctas_start_and_its_loop_end():
     """Causal N = 512, 64 x 64 blocks: Q block q runs q + 1 steps, each stamped
     (up to STEP_STAMPS) in order between its start and its loop's end, the
-    slots after its last step left at zero, and the output unchanged."""
+    slots after its last step left at zero, its Q block's arrival between its
+    start and its first step, and the output unchanged."""
     import torch
 
     from kernels import fa2
@@ -166,13 +167,14 @@ def test_step_stamps_fall_between_a_ctas_start_and_its_loop_end():
 
     problem, cfg = fa2_stamps.problem_config((512, 64, True, 64, 64, 4, 3))
     q, k, v = make_inputs(2, 4, 512, 64)
-    stamps = torch.zeros(8 * 8, fa2.STAMP_SLOTS + fa2.STEP_STAMPS, dtype=torch.int64, device="cuda")
+    stamps = torch.zeros(8 * 8, fa2.STAMP_SLOTS + fa2.STEP_STAMPS + 1, dtype=torch.int64, device="cuda")
     out = fa2.forward(q, k, v, causal=True, config=cfg, stamps=stamps)
     ref = fa2.forward(q, k, v, causal=True, config=cfg)
     torch.cuda.synchronize()
     assert torch.equal(out, ref)
     for cta, row in enumerate(stamps.cpu().tolist()):
-        steps = row[fa2.STAMP_SLOTS:]
+        steps, q_ready = row[fa2.STAMP_SLOTS:-1], row[-1]
+        assert row[0] <= q_ready <= steps[0], (cta, row)
         taken = cta % 8 + 1
         assert all(t == 0 for t in steps[taken:]), (cta, steps)
         assert row[0] <= steps[0] and steps[:taken] == sorted(steps[:taken]) and steps[taken - 1] <= row[1], (cta, row)

@@ -134,7 +134,7 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = (offs_m < n_q)[:, None]
     q = tl.load(Q + q_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok, other=0.0)
-    if STEPS_STAMPED > 0:
+    if STEPS_STAMPED:
         _stamp_q(STAMPS, q, BLOCK_M, STEPS_STAMPED)
     k_ptrs = K + kv_base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
     v_ptrs = V + kv_base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
@@ -149,13 +149,13 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
         acc, l_i, m_i = _fa2_block(acc, l_i, m_i, q, k_ptrs + j * BLOCK_N * HEAD_DIM,
                                    v_ptrs + j * BLOCK_N * HEAD_DIM, j * BLOCK_N, offs_m, offs_n,
                                    n_kv, causal_off, qk_scale, False, CAUSAL, HEAD_DIM)
-        if STEPS_STAMPED > 0:
+        if STEPS_STAMPED:
             _stamp_step(STAMPS, j, l_i, BLOCK_M, STEPS_STAMPED)
     for j in range(n_full, n_blocks):
         acc, l_i, m_i = _fa2_block(acc, l_i, m_i, q, k_ptrs + j * BLOCK_N * HEAD_DIM,
                                    v_ptrs + j * BLOCK_N * HEAD_DIM, j * BLOCK_N, offs_m, offs_n,
                                    n_kv, causal_off, qk_scale, True, CAUSAL, HEAD_DIM)
-        if STEPS_STAMPED > 0:
+        if STEPS_STAMPED:
             _stamp_step(STAMPS, j, l_i, BLOCK_M, STEPS_STAMPED)
 
     if STAMPED:

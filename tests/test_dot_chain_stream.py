@@ -185,3 +185,29 @@ def test_sm_offsets_refuse_what_is_missing(what, tmp_path, monkeypatch, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("step_errors:") and "none." in err and "\n" not in err
+
+
+def test_the_bench_kernel_compiles_as_the_loop_table_has_it():
+    """dot_chain cross-compiled for sm_90 here, as `calibrate.py loops` does
+    (its constexprs left to their defaults but those the benches set): the
+    online 64x64x64 4-warp loop, held and streamed at three stages, issues
+    what the committed table says (a default that no longer compiles, as
+    SYNC compared with `>=` while unset did, fails here, not on the GPU)."""
+    import json
+    import subprocess
+
+    from experiments.calibration.cross_compile import dot_chain_loop
+
+    # (in a child without TRITON_INTERPRET, which the tests set: interpreted
+    # kernels cannot be compiled)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json; from experiments.calibration.cross_compile import compile_dot_chain_loop as f; "
+            "print(json.dumps([f(64, 64, 64, 4, t, s, online=True) for t, s in ((0, 1), (8, 3))]))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env={**env, "PYTHONPATH": root},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for variant, got in zip(("held", "stream"), json.loads(out.stdout.strip().splitlines()[-1])):
+        want = dot_chain_loop(64, 64, 64, 4, "bf16", True, variant)
+        assert (got["issue"], got["mufu"], got["stall_clocks"]) == \
+            (want["issue"], want["mufu"], want["stall_clocks"]), variant

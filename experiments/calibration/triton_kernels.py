@@ -451,7 +451,7 @@ def triton_kernels():
                 b = operand(B + j * BK * BN, BK, BN, FP8)
                 v = operand(V + j * BN * D, BN, D, FP8)
             s = tl.dot(a, b)
-            if SYNC >= 2:
+            if SYNC == 2:
                 tl.debug_barrier()
             if ONLINE:
                 p, alpha, l, m = softmax_update(s, m, l, 0.01)
@@ -461,7 +461,7 @@ def triton_kernels():
                 if PHASE_STEPS:
                     phase_stamp(STAMPS, i - first, m, BM, PHASE_STEPS)
                 p = tl.exp2(s * 0.01 - m[:, None] * 0.01)
-            if SYNC >= 1:
+            if SYNC:
                 tl.debug_barrier()
             acc = tl.dot(p.to(v.dtype), v, acc)
         out = tl.sum(tl.sum(acc, 1), 0) + tl.sum(m, 0)

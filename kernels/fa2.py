@@ -164,7 +164,7 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
     store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
     if STAMPED:
         _stamp_cta(STAMPS, started, looped, started_clk, l_i.to(tl.int32, bitcast=True), offs_m, BLOCK_M,
-                   True, _STAMP_SLOTS + STEPS_STAMPED + (STEPS_STAMPED > 0))
+                   True, _STAMP_SLOTS + STEPS_STAMPED + 1 if STEPS_STAMPED else _STAMP_SLOTS)
 
 
 def kernel_arguments(problem: AttentionProblem, q, k, v, o, lse, scale: float, stamps=None):

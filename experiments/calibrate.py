@@ -57,7 +57,8 @@ from experiments.calibration.compute_benches import (FP8_DOT_CHAINS, MORE_DOT_CH
                                                      ONLINE_STREAM_WIDE_CHAINS, ONLINE_STREAM_WIDE_PER_SM,
                                                      STREAM_CHAINS_D64, STREAM_PER_SM_D64, WIDE_DOT_CHAINS, _dot_tflops,
                                                      bench_dot_chain, bench_dot_chain_phase, bench_dot_chain_sm_phase,
-                                                     bench_dot_chain_stream, bench_dot_chain_sync,
+                                                     bench_dot_chain_parts, bench_dot_chain_stream,
+                                                     bench_dot_chain_sync,
                                                      bench_dot_exp_overlap, bench_dot_exp_timing, bench_dot_pair_timing,
                                                      bench_dot_fill, bench_dot_pair, bench_exp2_triton, bench_softmax_mix,
                                                      bench_wgmma_shapes)
@@ -135,6 +136,7 @@ def cmd_run(args) -> int:
                                                                              "dot_chain_online_stream_wide",
                                                                              online=True)),
              ("dot_chain_online_sync", lambda: bench_dot_chain_sync(r, K)),
+             ("dot_chain_parts", lambda: bench_dot_chain_parts(r, K)),
              ("dot_chain_stream_d64", lambda: bench_dot_chain_stream(r, K, STREAM_CHAINS_D64, STREAM_PER_SM_D64,
                                                                      "dot_chain_stream_d64")),
              ("cuda", lambda: mod and bench_cuda(r, mod)),
@@ -223,7 +225,7 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="", help="comma-separated steps: device,hbm,tile_write,tma_setup,store_overlap,l2,wgmma,cuda,softmax_mix,"
                                               "l2_store,l2_round_trip,l2_duration,l2_ramp,launch_fill,wgmma_shapes,dot_exp_overlap,dot_exp_timing,dot_pair_timing,dot_pair,dot_fill,dot_chain,dot_chain_wide,dot_chain_more,dot_chain_fp8,dot_chain_online,dot_chain_phase,dot_chain_sm_phase,"
                                               "dot_chain_stream,dot_chain_stream_d64,dot_chain_online_stream,dot_chain_online_stream_wide,"
-                                              "dot_chain_online_sync,"
+                                              "dot_chain_online_sync,dot_chain_parts,"
                                               "exp2_triton,latency,loaded_latency,"
                                               "launch,cta_cycle,cta_stamps,cta_dispatch")
     p.set_defaults(func=cmd_run)

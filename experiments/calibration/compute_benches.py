@@ -619,6 +619,62 @@ def bench_dot_chain_sync(r: Runner, K):
                       detail="a CTA's clock64 from its start to its end over its iterations (median CTA)")
 
 
+# dot_chain_parts (session 44): which part of the online step do the K/V
+# copies slow? fa2's 64x64 4-warp step at D = 64 pays the GPU 182-217 cycles a
+# step for its three-stage copies at every count of 1-4 CTAs an SM, where the
+# engine's co-resident CTAs hide most of them (dot_chain_online_stream). The
+# whole step and its two products without the softmax, each held and
+# streamed. Held out.
+PARTS_PER_SM = (1, 2, 3, 4)
+PARTS_KINDS = ((0, "full"), (1, "products"))
+
+
+def bench_dot_chain_parts(r: Runner, K):
+    """dot_chain 64x64x64 with 4 warps and fa2's online softmax, whole
+    (PARTS 0) and its two products alone (1), with B
+    and V held on chip and streamed at STREAM_STAGES stages (every CTA the
+    same STREAM_TILES tiles in step), at PARTS_PER_SM CTAs an SM: rows
+    `dot_chain_parts`, the launch's time an iteration in cycles at the clock
+    read in the kernel, and `dot_chain_parts_cta`, the median CTA's own."""
+    torch = r.torch
+    bm = bn = d = 64
+    warps = 4
+    a = (torch.randn(bm, d, device="cuda") * 0.1).to(torch.bfloat16)
+    b = (torch.randn(STREAM_TILES * d, bn, device="cuda") * 0.1).to(torch.bfloat16)
+    v = (torch.randn(STREAM_TILES * bn, d, device="cuda") * 0.1).to(torch.bfloat16)
+    iters = 2048 if not r.args.quick else 256
+    for per_sm in PARTS_PER_SM:
+        grid = r.sms * per_sm
+        c = torch.empty(grid, device="cuda", dtype=torch.float32)
+        clk = torch.zeros(grid * 4, device="cuda", dtype=torch.int64)
+        for parts, part_name in PARTS_KINDS:
+            for kind, tiles, stages in (("held", 0, 1), ("stream", STREAM_TILES, STREAM_STAGES)):
+
+                def fn():
+                    return K["dot_chain"][(grid,)](a, b, v, c, iters, clk, clk, 0, BM=bm, BN=bn, BK=d, D=d,
+                                                   CLOCKED=True, ONLINE=True, PARTS=parts, TILES=tiles,
+                                                   num_warps=warps, num_stages=stages)
+
+                compiled = fn()
+                torch.cuda.synchronize()
+                regs = getattr(compiled, "n_regs", 0) or 0
+                if per_sm > 1 and (not r.smem_fits(per_sm, compiled.metadata.shared)
+                                   or per_sm * regs * 32 * warps > r.props.regs_per_multiprocessor):
+                    continue    # they would not fit an SM together
+                with r.sampler() as s:
+                    ms = r.event_loop(fn, n=5)
+                kmhz, cta_cycles = stamped_clock(clk)
+                param = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_{part_name}_{kind}"
+                r.add("dot_chain_parts", param, ms * 1e3 / iters * kmhz, "clk/iter", s.mhz, kmhz,
+                      detail=f"dot_chain, online softmax step's {part_name}, B and V {kind}"
+                             f"{f' ({tiles} tiles, {stages} stages)' if tiles else ''}: the launch's time an "
+                             f"iteration, {ms:.3f} ms / {iters} iters, at the clock read in the kernel "
+                             f"({kmhz:.0f} MHz); {grid} CTAs ({per_sm} an SM; {regs} registers a thread), "
+                             f"smem {compiled.metadata.shared} B")
+                r.add("dot_chain_parts_cta", param, cta_cycles / iters, "clk/iter", s.mhz, kmhz,
+                      detail="a CTA's clock64 from its start to its end over its iterations (median CTA)")
+
+
 # The dot_chain shapes with two warpgroups: where the engine and the GPU part
 # (tests/test_dot_chain.py's held-out rows)
 PHASE_CHAINS = ((128, 64, 128, 8), (128, 64, 64, 8))

@@ -403,7 +403,8 @@ def triton_kernels():
                   BK: tl.constexpr, D: tl.constexpr, CLOCKED: tl.constexpr = False,
                   PHASE_STEPS: tl.constexpr = 0, TILES: tl.constexpr = 0, SPREAD: tl.constexpr = 0,
                   FP8: tl.constexpr = False, ONLINE: tl.constexpr = False, SMID=None, ARRIVED=None,
-                  PER_SM: tl.constexpr = 1, SPIN: tl.constexpr = 0, SYNC: tl.constexpr = 0):
+                  PER_SM: tl.constexpr = 1, SPIN: tl.constexpr = 0, SYNC: tl.constexpr = 0,
+                  PARTS: tl.constexpr = 0):
         # A dependent chain per iteration, operands on chip: S = A·B (SMEM
         # operands), an exp2 and a row max on S, then acc += P·V with P from
         # registers -- the shape of a flash-attention step without its loads.
@@ -434,6 +435,11 @@ def triton_kernels():
         # between the softmax and P·V, the second between S = A·B and the
         # softmax: what a barrier costs a CTA whose warps its neighbours' warps
         # hold back on some sub-partitions and not others.
+        # PARTS (ONLINE): 1 runs the two products without the softmax (P = S
+        # scaled), still on every streamed tile: do the K/V copies slow the
+        # products, or the softmax? (A softmax alone cannot be streamed the
+        # same way: without a product to feed, Triton loads the tiles into
+        # registers, not by cp.async into SMEM.)
         pid = tl.program_id(0)
         if CLOCKED:
             clock_stamp(CLK, 0, pid)
@@ -453,7 +459,9 @@ def triton_kernels():
             s = tl.dot(a, b)
             if SYNC == 2:
                 tl.debug_barrier()
-            if ONLINE:
+            if PARTS == 1:
+                p = s * 0.01
+            elif ONLINE:
                 p, alpha, l, m = softmax_update(s, m, l, 0.01)
                 acc = acc * alpha[:, None]
             else:

@@ -281,3 +281,20 @@ def test_a_barrier_costs_a_one_warpgroup_cta_nothing_beside_its_neighbours():
                 assert abs(rows[f"{shape}_x{per_sm}_sync{sync}"] / none - 1) < 0.05, (shape, per_sm, sync)
     none, one, two = (rows[f"128x64x64_w8_x2_sync{n}"] for n in (0, 1, 2))
     assert none < one < two and 0.005 < one / none - 1 < 0.03 and 0.005 < two / one - 1 < 0.03
+
+
+def test_the_k_v_copies_slow_the_softmax_not_the_products_beside_other_ctas():
+    """calibrate.py dot_chain_parts on the H100 (session 44): streaming B and
+    V at three stages costs fa2's whole 64x64x64 4-warp step 170-215 cycles
+    an iteration at two to four CTAs an SM, and its two products alone 38-66
+    (132 alone on the SM, where nothing hides them): beside other CTAs the
+    copies cost what they cost only where there is a softmax."""
+    rows = calibration_rows.bench_values("dot_chain_parts")
+
+    def added(per_sm, part):
+        return rows[f"64x64x64_w4_x{per_sm}_{part}_stream"] - rows[f"64x64x64_w4_x{per_sm}_{part}_held"]
+
+    assert 100 < added(1, "products") < 160
+    for per_sm in (2, 3, 4):
+        assert 160 < added(per_sm, "full") < 230 and added(per_sm, "products") < 80, per_sm
+        assert added(per_sm, "full") > 2 * added(per_sm, "products"), per_sm

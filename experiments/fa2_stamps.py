@@ -132,11 +132,26 @@ def _stamped_inputs(problem: AttentionProblem, cfg: TileConfig):
     return q, k, v, torch.zeros(ctas, fa2.STAMP_SLOTS, dtype=torch.int64, device="cuda")
 
 
-def cmd_measure(args) -> int:
+def _time_and_stamp(problem: AttentionProblem, cfg: TileConfig, q, k, v, stamps) -> tuple[float, float]:
+    """do_bench's ms of the fa2 launch, plain and filling `stamps`, then three
+    more stamped launches (`stamps` zeroed before each: the rows hold the
+    last's)."""
     import torch
     import triton
 
     from kernels import fa2
+
+    plain = triton.testing.do_bench(lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg))
+    stamped = triton.testing.do_bench(
+        lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg, stamps=stamps))
+    for _ in range(3):
+        stamps.zero_()
+        fa2.forward(q, k, v, causal=problem.causal, config=cfg, stamps=stamps)
+    torch.cuda.synchronize()
+    return plain, stamped
+
+
+def cmd_measure(args) -> int:
     from kernels.provenance import write_csv_atomic
 
     prov = gpu_probe.start("fa2_stamps.py", args.out, None)
@@ -147,12 +162,7 @@ def cmd_measure(args) -> int:
         problem, cfg = problem_config(case)
         q, k, v, stamps = _stamped_inputs(problem, cfg)
         ctas = len(stamps)
-        plain = triton.testing.do_bench(lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg))
-        stamped = triton.testing.do_bench(
-            lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg, stamps=stamps))
-        for _ in range(3):
-            fa2.forward(q, k, v, causal=problem.causal, config=cfg, stamps=stamps)
-        torch.cuda.synchronize()
+        plain, stamped = _time_and_stamp(problem, cfg, q, k, v, stamps)
         rows += stamp_rows(stamps, prov, case=case_name(case), kernel_us=round(plain * 1e3, 2),
                            kernel_stamped_us=round(stamped * 1e3, 2))
         print(f"{case_name(case)}: {plain * 1e3:.1f} us ({stamped * 1e3:.1f} us stamped), {ctas} CTAs",
@@ -173,7 +183,6 @@ def cmd_steps(args) -> int:
     between two is a step as the CTA ran it beside its neighbours), and as
     its Q block has arrived."""
     import torch
-    import triton
 
     from kernels import fa2
     from kernels.provenance import write_csv_atomic
@@ -186,13 +195,7 @@ def cmd_steps(args) -> int:
         problem, cfg = problem_config(case)
         q, k, v, stamps = _stamped_inputs(problem, cfg)
         wide = torch.zeros(len(stamps), fa2.STAMP_SLOTS + fa2.STEP_STAMPS + 1, dtype=torch.int64, device="cuda")
-        plain = triton.testing.do_bench(lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg))
-        stamped = triton.testing.do_bench(
-            lambda: fa2.forward(q, k, v, causal=problem.causal, config=cfg, stamps=wide))
-        for _ in range(3):
-            wide.zero_()
-            fa2.forward(q, k, v, causal=problem.causal, config=cfg, stamps=wide)
-        torch.cuda.synchronize()
+        plain, stamped = _time_and_stamp(problem, cfg, q, k, v, wide)
         made = stamp_rows(wide[:, :fa2.STAMP_SLOTS].contiguous(), prov, case=case_name(case),
                           kernel_us=round(plain * 1e3, 2), kernel_stamped_us=round(stamped * 1e3, 2))
         t0 = int(wide[:, 0].min())
@@ -340,7 +343,7 @@ class _CopyTracer(_CtaTracer):
         self.q_arrived: dict = {}   # CTA -> when its (first role's) Q block arrived (s)
 
     def load(self, sm, cta, tile, issued, arrived):
-        if tile.tensor == "K" and (len(tile) < 5 or tile[4] == 0):
+        if tile.tensor == "K" and tile.col == 0:     # (the first role's part: fa2.part)
             self.k_issued.setdefault(cta, []).append(issued)
         elif tile.tensor == "Q":
             self.q_arrived.setdefault(cta, arrived)

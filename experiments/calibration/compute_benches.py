@@ -505,6 +505,24 @@ ONLINE_STREAM_WIDE_CHAINS = ((64, 128, 64, 4), (128, 128, 64, 4), (128, 128, 64,
 ONLINE_STREAM_WIDE_PER_SM = (1, 2)
 
 
+def _timed_side_by_side(r: Runner, fn, per_sm: int, warps: int, clk):
+    """Compile and launch `fn` (a dot_chain launch of `per_sm` CTAs an SM
+    stamping `clk`), then time it (event_loop, 5 launches), unless its CTAs
+    would not fit an SM together (SMEM, registers: a second wave would run
+    alone). None then, else (compiled, registers a thread, ms a launch, the
+    NVML clock, the clock read in the kernel, the median CTA's own cycles)."""
+    compiled = fn()
+    r.torch.cuda.synchronize()
+    regs = getattr(compiled, "n_regs", 0) or 0
+    if per_sm > 1 and (not r.smem_fits(per_sm, compiled.metadata.shared)
+                       or per_sm * regs * 32 * warps > r.props.regs_per_multiprocessor):
+        return None
+    with r.sampler() as s:
+        ms = r.event_loop(fn, n=5)
+    kmhz, cta_cycles = stamped_clock(clk)
+    return compiled, regs, ms, s.mhz, kmhz, cta_cycles
+
+
 def bench_dot_chain_stream(r: Runner, K, chains=STREAM_CHAINS, per_sms=(1, 2), bench="dot_chain_stream",
                            online: bool = False):
     """What do a flash step's K/V loads add to its chain? dot_chain with B
@@ -538,24 +556,19 @@ def bench_dot_chain_stream(r: Runner, K, chains=STREAM_CHAINS, per_sms=(1, 2), b
                                                    num_warps=warps, num_stages=stages)
 
                 try:
-                    compiled = fn()
+                    timed = _timed_side_by_side(r, fn, per_sm, warps, clk)
                 except OutOfResources:
                     continue    # its stages do not fit an SM's SMEM (128x128 with four)
-                torch.cuda.synchronize()
-                regs = getattr(compiled, "n_regs", 0) or 0
-                if per_sm > 1 and (not r.smem_fits(per_sm, compiled.metadata.shared)
-                                   or per_sm * regs * 32 * warps > r.props.regs_per_multiprocessor):
-                    continue    # they would not fit an SM together: a second wave would run alone
-                with r.sampler() as s:
-                    ms = r.event_loop(fn, n=5)
-                kmhz, cta_cycles = stamped_clock(clk)
+                if timed is None:
+                    continue
+                compiled, regs, ms, mhz, kmhz, cta_cycles = timed
                 param = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_{kind}"
                 chain = "dot_chain with fa2's online softmax" if online else "dot_chain"
-                r.add(f"{bench}_kernel", param, ms * 1e3 / iters * kmhz, "clk/iter", s.mhz, kmhz,
+                r.add(f"{bench}_kernel", param, ms * 1e3 / iters * kmhz, "clk/iter", mhz, kmhz,
                       detail=f"{chain}: the launch's time an iteration, {ms:.3f} ms / {iters} iters, "
                              f"in cycles at the clock read in the kernel ({kmhz:.0f} MHz)")
                 r.add(bench, param, cta_cycles / iters,
-                      "clk/iter", s.mhz, kmhz,
+                      "clk/iter", mhz, kmhz,
                       detail=f"{chain}, B and V {'held on chip' if not tiles else f'streamed: {tiles} tiles, CTA c from tile {spread} x c, {stages} stages'}; "
                              f"{grid} CTAs ({per_sm} an SM; {regs} registers a thread), "
                              f"smem {compiled.metadata.shared} B, {iters} iters, {ms:.3f} ms; a CTA's clock64 "
@@ -600,22 +613,17 @@ def bench_dot_chain_sync(r: Runner, K):
                                                    CLOCKED=True, ONLINE=True, SYNC=sync, num_warps=warps,
                                                    num_stages=1)
 
-                compiled = fn()
-                torch.cuda.synchronize()
-                regs = getattr(compiled, "n_regs", 0) or 0
-                if per_sm > 1 and (not r.smem_fits(per_sm, compiled.metadata.shared)
-                                   or per_sm * regs * 32 * warps > r.props.regs_per_multiprocessor):
-                    continue    # they would not fit an SM together
-                with r.sampler() as s:
-                    ms = r.event_loop(fn, n=5)
-                kmhz, cta_cycles = stamped_clock(clk)
+                timed = _timed_side_by_side(r, fn, per_sm, warps, clk)
+                if timed is None:
+                    continue
+                compiled, regs, ms, mhz, kmhz, cta_cycles = timed
                 param = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_sync{sync}"
-                r.add("dot_chain_online_sync", param, ms * 1e3 / iters * kmhz, "clk/iter", s.mhz, kmhz,
+                r.add("dot_chain_online_sync", param, ms * 1e3 / iters * kmhz, "clk/iter", mhz, kmhz,
                       detail=f"dot_chain with fa2's online softmax, held on chip, {sync} more BAR.SYNC a step: "
                              f"the launch's time an iteration, {ms:.3f} ms / {iters} iters, in cycles at the "
                              f"clock read in the kernel ({kmhz:.0f} MHz); {grid} CTAs ({per_sm} an SM; {regs} "
                              f"registers a thread), smem {compiled.metadata.shared} B")
-                r.add("dot_chain_online_sync_cta", param, cta_cycles / iters, "clk/iter", s.mhz, kmhz,
+                r.add("dot_chain_online_sync_cta", param, cta_cycles / iters, "clk/iter", mhz, kmhz,
                       detail="a CTA's clock64 from its start to its end over its iterations (median CTA)")
 
 
@@ -655,23 +663,18 @@ def bench_dot_chain_parts(r: Runner, K):
                                                    CLOCKED=True, ONLINE=True, PARTS=parts, TILES=tiles,
                                                    num_warps=warps, num_stages=stages)
 
-                compiled = fn()
-                torch.cuda.synchronize()
-                regs = getattr(compiled, "n_regs", 0) or 0
-                if per_sm > 1 and (not r.smem_fits(per_sm, compiled.metadata.shared)
-                                   or per_sm * regs * 32 * warps > r.props.regs_per_multiprocessor):
-                    continue    # they would not fit an SM together
-                with r.sampler() as s:
-                    ms = r.event_loop(fn, n=5)
-                kmhz, cta_cycles = stamped_clock(clk)
+                timed = _timed_side_by_side(r, fn, per_sm, warps, clk)
+                if timed is None:
+                    continue
+                compiled, regs, ms, mhz, kmhz, cta_cycles = timed
                 param = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_{part_name}_{kind}"
-                r.add("dot_chain_parts", param, ms * 1e3 / iters * kmhz, "clk/iter", s.mhz, kmhz,
+                r.add("dot_chain_parts", param, ms * 1e3 / iters * kmhz, "clk/iter", mhz, kmhz,
                       detail=f"dot_chain, online softmax step's {part_name}, B and V {kind}"
                              f"{f' ({tiles} tiles, {stages} stages)' if tiles else ''}: the launch's time an "
                              f"iteration, {ms:.3f} ms / {iters} iters, at the clock read in the kernel "
                              f"({kmhz:.0f} MHz); {grid} CTAs ({per_sm} an SM; {regs} registers a thread), "
                              f"smem {compiled.metadata.shared} B")
-                r.add("dot_chain_parts_cta", param, cta_cycles / iters, "clk/iter", s.mhz, kmhz,
+                r.add("dot_chain_parts_cta", param, cta_cycles / iters, "clk/iter", mhz, kmhz,
                       detail="a CTA's clock64 from its start to its end over its iterations (median CTA)")
 
 

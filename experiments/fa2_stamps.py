@@ -173,7 +173,7 @@ def cmd_measure(args) -> int:
 
 
 STEP_FIELDS = ("case", "cta", "sm", "start_ns", "looped_ns", "end_ns", "clock_mhz",
-               *(f"step{j}_ns" for j in range(16)), "q_ready_ns", "kernel_us", "kernel_stamped_us",
+               *(f"step{j}_ns" for j in range(16)), "q_ready_ns", "k_ready_ns", "kernel_us", "kernel_stamped_us",
                "gpu", "git_commit", "date", "command")
 
 
@@ -181,7 +181,8 @@ def cmd_steps(args) -> int:
     """Each CTA's phases as `measure` stamps them, the global timer as each
     of its first fa2.STEP_STAMPS K/V steps has its row sums (the interval
     between two is a step as the CTA ran it beside its neighbours), and as
-    its Q block has arrived."""
+    its Q block has arrived; with --k-ready also as its first K block has
+    (a row sum of it, in its first step only)."""
     import torch
 
     from kernels import fa2
@@ -194,7 +195,8 @@ def cmd_steps(args) -> int:
     for case in selected(args.cases):
         problem, cfg = problem_config(case)
         q, k, v, stamps = _stamped_inputs(problem, cfg)
-        wide = torch.zeros(len(stamps), fa2.STAMP_SLOTS + fa2.STEP_STAMPS + 1, dtype=torch.int64, device="cuda")
+        width = fa2.STAMP_SLOTS + fa2.STEP_STAMPS + (2 if args.k_ready else 1)
+        wide = torch.zeros(len(stamps), width, dtype=torch.int64, device="cuda")
         plain, stamped = _time_and_stamp(problem, cfg, q, k, v, wide)
         made = stamp_rows(wide[:, :fa2.STAMP_SLOTS].contiguous(), prov, case=case_name(case),
                           kernel_us=round(plain * 1e3, 2), kernel_stamped_us=round(stamped * 1e3, 2))
@@ -203,6 +205,7 @@ def cmd_steps(args) -> int:
             for j, t in enumerate(steps[:fa2.STEP_STAMPS]):
                 row[f"step{j}_ns"] = t - t0 if t else ""
             row["q_ready_ns"] = steps[fa2.STEP_STAMPS] - t0
+            row["k_ready_ns"] = steps[fa2.STEP_STAMPS + 1] - t0 if args.k_ready else ""
         rows += made
         print(f"{case_name(case)}: {plain * 1e3:.1f} us ({stamped * 1e3:.1f} us with step stamps), "
               f"{len(wide)} CTAs", flush=True)
@@ -335,16 +338,19 @@ def predicted_phases(case, profile: str):
 
 class _CopyTracer(_CtaTracer):
     """_CtaTracer that also keeps, per CTA, when its first role issued each K
-    copy and when its Q block arrived (the engine's tracer calls load() per load)."""
+    copy, when its first K copy arrived and when its Q block arrived (the
+    engine's tracer calls load() per load)."""
 
     def __init__(self):
         super().__init__()
         self.k_issued: dict = {}    # CTA -> issue times (s) of its K copies, in order
+        self.k_arrived: dict = {}   # CTA -> when its (first role's part of its) first K block arrived (s)
         self.q_arrived: dict = {}   # CTA -> when its (first role's) Q block arrived (s)
 
     def load(self, sm, cta, tile, issued, arrived):
         if tile.tensor == "K" and tile.col == 0:     # (the first role's part: fa2.part)
             self.k_issued.setdefault(cta, []).append(issued)
+            self.k_arrived.setdefault(cta, arrived)
         elif tile.tensor == "Q":
             self.q_arrived.setdefault(cta, arrived)
 
@@ -360,23 +366,86 @@ def step_periods(times: list, first: int = 0) -> dict:
     return out
 
 
+def _state(cta: dict, t: float):
+    """What a CTA is doing at time t: waiting for its Q block ("preQ"), in its
+    first step ("first": Q in, its first K/V wait and step), in its later
+    steps ("loop"), after them ("epi"), or not on its SM (None)."""
+    if t < cta["start"] or t >= cta["end"]:
+        return None
+    if t < cta["q"]:
+        return "preQ"
+    if t < cta["steps"][0]:
+        return "first"
+    return "loop" if t < cta["looped"] else "epi"
+
+
+def steps_by_neighbours(ctas: list[dict]) -> dict:
+    """{(what the SM's other CTAs are doing, as sorted (state, count) pairs):
+    [cycles]} of every step (between two step ends) of every CTA, each by
+    the state of its SM's other CTAs at the step's middle. A CTA is a dict
+    of sm, start, q, steps (its step ends), looped, end (one time unit) and
+    cycles (cycles a time unit)."""
+    by_sm: dict = {}
+    for c in ctas:
+        by_sm.setdefault(c["sm"], []).append(c)
+    out: dict = {}
+    for c in ctas:
+        for a, b in zip(c["steps"], c["steps"][1:]):
+            states: dict = {}
+            for other in by_sm[c["sm"]]:
+                state = _state(other, (a + b) / 2) if other is not c else None
+                if state is not None:
+                    states[state] = states.get(state, 0) + 1
+            out.setdefault(tuple(sorted(states.items())), []).append((b - a) * c["cycles"])
+    return out
+
+
+def _measured_ctas(rows: list[dict]) -> list[dict]:
+    """steps_by_neighbours' CTAs from a `steps` file's rows of one case (ns;
+    cycles at each CTA's own clock), with `k` where the run stamped it."""
+    out = []
+    for r in rows:
+        steps = [int(r[f"step{j}_ns"]) for j in range(16) if r[f"step{j}_ns"]]
+        if steps and r.get("q_ready_ns"):      # (Q stamped from session 44's second run on)
+            out.append({"sm": int(r["sm"]), "start": int(r["start_ns"]), "q": int(r["q_ready_ns"]),
+                        "k": int(r["k_ready_ns"]) if r.get("k_ready_ns") else None, "steps": steps,
+                        "looped": int(r["looped_ns"]), "end": int(r["end_ns"]),
+                        "cycles": float(r["clock_mhz"]) / 1e3})
+    return out
+
+
+def _engine_ctas(tracer: _CopyTracer, stages: int, setup_s: float, clock_hz: float) -> list[dict]:
+    """The same from the engine's full simulation (s): its code starts `setup_s`
+    after its slot is taken, a step ends as the CTA issues the copy for the
+    step stages - 1 on, and its loop ends stages - 1 median steps after its
+    last copy (no copy marks the last steps' ends)."""
+    out = []
+    for index, (sm, start, _, end) in zip(tracer.index, tracer.ctas):
+        steps = tracer.k_issued.get(index, [])[stages - 1:]
+        if not steps or index not in tracer.q_arrived:
+            continue
+        step = statistics.median(b - a for a, b in zip(steps, steps[1:])) if len(steps) > 1 else 0.0
+        out.append({"sm": sm, "start": start / 1e6 + setup_s, "q": tracer.q_arrived[index],
+                    "k": tracer.k_arrived[index], "steps": steps, "looped": steps[-1] + (stages - 1) * step,
+                    "end": end / 1e6, "cycles": clock_hz})
+    return out
+
+
 def cmd_steps_compare(args) -> int:
-    """Per case: the median step (cycles) at each of a CTA's first positions,
-    GPU (step stamps, at the CTA's own clock) and engine (full simulation:
-    intervals between its K copies, each issued as a step ends), and a CTA's
-    code start to its first step's end on both."""
+    """Per case: a CTA's code start to its Q block's arrival, its first K
+    block's (where the run stamped it) and its first step's end, GPU and
+    engine (full simulation); the median step (cycles) at each of a CTA's
+    first positions, GPU (step stamps, at the CTA's own clock) and engine
+    (intervals between its K copies, each issued as a step ends); and the
+    median step by what the SM's other CTAs were doing (steps_by_neighbours)."""
     try:
         opener = gzip.open if args.measured.endswith(".gz") else open
         with opener(args.measured, "rt") as f:
             rows = list(csv.DictReader(f))
         by_case: dict = {}
-        q_ready: dict = {}      # case -> each CTA's code start to its Q block's arrival, µs
         for r in rows:
-            by_case.setdefault(r["case"], []).append(
-                (float(r["clock_mhz"]), int(r["start_ns"]),
-                 [int(r[f"step{j}_ns"]) for j in range(16) if r[f"step{j}_ns"]]))
-            if r.get("q_ready_ns"):     # (runs from session 44's second on)
-                q_ready.setdefault(r["case"], []).append((int(r["q_ready_ns"]) - int(r["start_ns"])) / 1e3)
+            by_case.setdefault(r["case"], []).append(r)
+        measured_ctas = {name: _measured_ctas(case_rows) for name, case_rows in by_case.items()}
     except (OSError, KeyError, ValueError) as e:
         print(f"fa2_stamps steps-compare: cannot read {args.measured}: {e}", file=sys.stderr)
         return 2
@@ -385,41 +454,41 @@ def cmd_steps_compare(args) -> int:
     from gpusim.profile import load_profile
 
     gpu = load_profile(args.profile)
-    cycles_engine = gpu.clock_hz
+    med = statistics.median
     for case in selected(args.cases):
         name = case_name(case)
-        if name not in by_case:
+        if not measured_ctas.get(name):
             continue
-        ctas = by_case[name]
-        # each CTA's intervals in cycles of its own clock (ns x MHz / 1e3)
-        measured = step_periods([[t * mhz / 1e3 for t in steps] for mhz, _, steps in ctas])
-        first_us = statistics.median((steps[0] - start) / 1e3 for _, start, steps in ctas if steps)
         problem, cfg = problem_config(case)
         tracer = _CopyTracer()
         simulate(algorithms.build("fa2", problem, cfg), gpu, fast=False, tracer=tracer)
-        # the prologue issues the first stages - 1 copies; each later one ends a
-        # step (the copy for step stages - 1 + j as step j ends)
-        engine = step_periods(list(tracer.k_issued.values()), first=cfg.num_stages - 1)
         # the engine's CTA slice starts as its slot is taken: its code starts after
         # its warps' launch and the CTA's turnover (at least; the SM may launch
         # another CTA's warps first)
         setup = (gpu.launch.warp_dispatch_cycles * cfg.num_warps + gpu.launch.cta_turnover_cycles) / gpu.clock_hz
-        started = {index: start / 1e6 for index, (_, start, _, _) in zip(tracer.index, tracer.ctas)}
-        engine_first_us = statistics.median(
-            (issued[cfg.num_stages - 1] - started[cta] - setup) * 1e6
-            for cta, issued in tracer.k_issued.items() if len(issued) >= cfg.num_stages and cta in started)
-        shown = [j for j in range(1, 16) if measured.get(j) and engine.get(j)]
-        med = statistics.median
-        print(f"{name}: code start -> first step's end, GPU {first_us:.2f} µs (its row sums), "
-              f"engine {engine_first_us:.2f} µs (as it issues the copy for step {cfg.num_stages - 1})")
-        if name in q_ready:
-            engine_q = statistics.median((arrived - started[cta] - setup) * 1e6
-                                         for cta, arrived in tracer.q_arrived.items() if cta in started)
-            print(f"  code start -> Q block in: GPU {statistics.median(q_ready[name]):.2f} µs, "
-                  f"engine {engine_q:.2f} µs")
+        sides = {"GPU": (measured_ctas[name], 1e3), "engine": (_engine_ctas(tracer, cfg.num_stages, setup,
+                                                                             gpu.clock_hz), 1e-6)}
+        print(f"{name}: from a CTA's code start, µs, GPU | engine")
+        for what, key in (("Q block in", "q"), ("first K block in", "k")):
+            if all(c[key] is not None for c in sides["GPU"][0]):
+                print(f"  {what:<17}" + " | ".join(f"{med((c[key] - c['start']) / unit for c in ctas):.2f}"
+                                                   for ctas, unit in sides.values()))
+        print(f"  {'first step ends':<17}" + " | ".join(f"{med((c['steps'][0] - c['start']) / unit for c in ctas):.2f}"
+                                                     for ctas, unit in sides.values()))
+        periods = {side: step_periods([[t * c["cycles"] for t in c["steps"]] for c in ctas])
+                   for side, (ctas, _) in sides.items()}
+        shown = [j for j in range(1, 16) if all(p.get(j) for p in periods.values())]
         print("  position " + " ".join(f"{j:>5}" for j in shown))
-        print("  GPU      " + " ".join(f"{med(measured[j]):5.0f}" for j in shown))
-        print("  engine   " + " ".join(f"{med(engine[j]) * cycles_engine:5.0f}" for j in shown), flush=True)
+        for side, p in periods.items():
+            print(f"  {side:<9}" + " ".join(f"{med(p[j]):5.0f}" for j in shown))
+        by_state = {side: steps_by_neighbours(ctas) for side, (ctas, _) in sides.items()}
+        print("  a step's median cycles (steps) by what the SM's other CTAs do, GPU | engine")
+        for state in sorted(by_state["GPU"], key=lambda k: -len(by_state["GPU"][k]))[:6]:
+            label = ", ".join(f"{n} {s}" for s, n in state) or "none"
+            cells = [f"{med(v):5.0f} ({len(v)})" if (v := by_state[side].get(state)) else "    -"
+                     for side in sides]
+            print(f"    {label:<18} " + " | ".join(cells))
+        sys.stdout.flush()
     return 0
 
 
@@ -598,6 +667,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("steps", help="GPU: stamp every CTA of the cases and its first 16 K/V steps")
     p.add_argument("--out", default="experiments/results/fa2_stamps_steps_q_h100.csv")
     p.add_argument("--cases", help="comma-separated case names (default: all)")
+    p.add_argument("--k-ready", action="store_true",
+                   help="also stamp each CTA's first K block's arrival (column k_ready_ns)")
     p.set_defaults(func=cmd_steps)
     p = sub.add_parser("steps-compare", help="CPU: the GPU's steps (step stamps) beside the engine's, "
                                              "cycles at each of a CTA's first positions")

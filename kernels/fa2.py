@@ -35,13 +35,17 @@ from .online_softmax import kv_block_range, mask_scores, softmax_update, store_o
 
 @triton.jit
 def _fa2_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, n_kv, causal_off,
-               qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr):
+               qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
+               STAMPS=None, K_SLOT: tl.constexpr = 0, STRIDE: tl.constexpr = 0):
     cols = start_n + offs_n
     if MASKED:
         kv_ok = (cols < n_kv)[:, None]
         k = tl.load(k_ptrs, mask=kv_ok, other=0.0)
     else:
         k = tl.load(k_ptrs)
+    if K_SLOT:      # diagnostics: the global timer once the first K block is in (start_n 0)
+        if start_n == 0:
+            _stamp_arrival(STAMPS, k, K_SLOT, STRIDE)
     qk = tl.dot(q, tl.trans(k))
     if MASKED:
         qk = mask_scores(qk, cols, offs_m, n_kv, causal_off, CAUSAL)
@@ -59,9 +63,12 @@ def _fa2_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, n_kv, 
 # its K/V loop and at its end, its SM, and its SM's clock64 at start and end;
 # a stamps tensor wider by STEP_STAMPS + 1 also takes the global timer as each
 # of the CTA's first STEP_STAMPS K/V steps has its row sums (its softmax done)
-# and, in its last slot, as its Q block has arrived in registers
+# and, in the slot after them, as its Q block has arrived in registers; one
+# wider by STEP_STAMPS + 2 also, in its last slot, as its first K block has
+# (ARRIVAL_STAMPS: how many of those arrival slots a width holds)
 STAMP_SLOTS = 6
 STEP_STAMPS = 16
+ARRIVAL_STAMPS = {STAMP_SLOTS + STEP_STAMPS + 1: 1, STAMP_SLOTS + STEP_STAMPS + 2: 2}
 _STAMP_SLOTS = tl.constexpr(STAMP_SLOTS)
 
 
@@ -74,20 +81,19 @@ def _stamp(STAMPS, slot, value, BLOCK_M: tl.constexpr, STRIDE: tl.constexpr = _S
 
 
 @triton.jit
-def _stamp_step(STAMPS, j, l_i, BLOCK_M: tl.constexpr, STEPS: tl.constexpr):
+def _stamp_step(STAMPS, j, l_i, BLOCK_M: tl.constexpr, STEPS: tl.constexpr, STRIDE: tl.constexpr):
     """Diagnostics: STAMPS[cta, STAMP_SLOTS + j] = the global timer once step
     j's row sums `l_i` exist, for the first STEPS steps."""
     if j < STEPS:
-        _stamp(STAMPS, _STAMP_SLOTS + j, global_timer(l_i.to(tl.int32, bitcast=True)), BLOCK_M,
-               _STAMP_SLOTS + STEPS + 1)
+        _stamp(STAMPS, _STAMP_SLOTS + j, global_timer(l_i.to(tl.int32, bitcast=True)), BLOCK_M, STRIDE)
 
 
 @triton.jit
-def _stamp_q(STAMPS, q, BLOCK_M: tl.constexpr, STEPS: tl.constexpr):
-    """Diagnostics: STAMPS[cta, STAMP_SLOTS + STEPS] = the global timer once
-    the Q block `q` has arrived (a row sum of it computed)."""
-    arrived = tl.sum(q.to(tl.float32), 1).to(tl.int32, bitcast=True)
-    _stamp(STAMPS, _STAMP_SLOTS + STEPS, global_timer(arrived), BLOCK_M, _STAMP_SLOTS + STEPS + 1)
+def _stamp_arrival(STAMPS, tile, slot: tl.constexpr, STRIDE: tl.constexpr):
+    """Diagnostics: STAMPS[cta, slot] = the global timer once `tile` (a block
+    of rows: Q, or the first K) has arrived (a row sum of it computed)."""
+    arrived = tl.sum(tile.to(tl.float32), 1).to(tl.int32, bitcast=True)
+    _stamp(STAMPS, slot, global_timer(arrived), tile.shape[0], STRIDE)
 
 
 @triton.jit
@@ -114,10 +120,14 @@ def _stamp_cta(STAMPS, started, looped, started_clk, after, offs_m, BLOCK_M: tl.
 def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
              H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-             STAMPED: tl.constexpr = False, STEPS_STAMPED: tl.constexpr = 0):
+             STAMPED: tl.constexpr = False, STEPS_STAMPED: tl.constexpr = 0,
+             K_SLOT: tl.constexpr = 0, STAMP_STRIDE: tl.constexpr = _STAMP_SLOTS):
     # STAMPED (diagnostics only; compiled out otherwise): the global timer at
     # the CTA's start, after its K/V loop and at its end, its SM, and the
-    # SM's cycle counter at its start and end (its clock: cycles over ns)
+    # SM's cycle counter at its start and end (its clock: cycles over ns), in
+    # rows of STAMP_STRIDE slots; STEPS_STAMPED and K_SLOT (the first K
+    # block's arrival slot, 0: none; a cross-compile that does not pass it
+    # leaves it None, so tests of it are truthiness tests): see STAMP_SLOTS
     if STAMPED:
         started = global_timer(tl.zeros([BLOCK_M], dtype=tl.int32) + tl.program_id(0))
         started_clk = sm_clock(tl.zeros([BLOCK_M], dtype=tl.int32) + tl.program_id(0))
@@ -135,7 +145,7 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
     row_ok = (offs_m < n_q)[:, None]
     q = tl.load(Q + q_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok, other=0.0)
     if STEPS_STAMPED:
-        _stamp_q(STAMPS, q, BLOCK_M, STEPS_STAMPED)
+        _stamp_arrival(STAMPS, q, _STAMP_SLOTS + STEPS_STAMPED, STAMP_STRIDE)
     k_ptrs = K + kv_base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
     v_ptrs = V + kv_base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
 
@@ -148,15 +158,17 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
     for j in range(0, n_full):
         acc, l_i, m_i = _fa2_block(acc, l_i, m_i, q, k_ptrs + j * BLOCK_N * HEAD_DIM,
                                    v_ptrs + j * BLOCK_N * HEAD_DIM, j * BLOCK_N, offs_m, offs_n,
-                                   n_kv, causal_off, qk_scale, False, CAUSAL, HEAD_DIM)
+                                   n_kv, causal_off, qk_scale, False, CAUSAL, HEAD_DIM,
+                                   STAMPS, K_SLOT, STAMP_STRIDE)
         if STEPS_STAMPED:
-            _stamp_step(STAMPS, j, l_i, BLOCK_M, STEPS_STAMPED)
+            _stamp_step(STAMPS, j, l_i, BLOCK_M, STEPS_STAMPED, STAMP_STRIDE)
     for j in range(n_full, n_blocks):
         acc, l_i, m_i = _fa2_block(acc, l_i, m_i, q, k_ptrs + j * BLOCK_N * HEAD_DIM,
                                    v_ptrs + j * BLOCK_N * HEAD_DIM, j * BLOCK_N, offs_m, offs_n,
-                                   n_kv, causal_off, qk_scale, True, CAUSAL, HEAD_DIM)
+                                   n_kv, causal_off, qk_scale, True, CAUSAL, HEAD_DIM,
+                                   STAMPS, K_SLOT, STAMP_STRIDE)
         if STEPS_STAMPED:
-            _stamp_step(STAMPS, j, l_i, BLOCK_M, STEPS_STAMPED)
+            _stamp_step(STAMPS, j, l_i, BLOCK_M, STEPS_STAMPED, STAMP_STRIDE)
 
     if STAMPED:
         # read once the last block's row sums exist (its P·V product may still run)
@@ -164,7 +176,7 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
     store_output(O, LSE, bh, n_q, offs_m, acc, l_i, m_i, HEAD_DIM)
     if STAMPED:
         _stamp_cta(STAMPS, started, looped, started_clk, l_i.to(tl.int32, bitcast=True), offs_m, BLOCK_M,
-                   True, _STAMP_SLOTS + STEPS_STAMPED + 1 if STEPS_STAMPED else _STAMP_SLOTS)
+                   True, STAMP_STRIDE)
 
 
 def kernel_arguments(problem: AttentionProblem, q, k, v, o, lse, scale: float, stamps=None):
@@ -173,9 +185,12 @@ def kernel_arguments(problem: AttentionProblem, q, k, v, o, lse, scale: float, s
     experiments/autotune_prune.py's triton.autotune around the same kernel."""
     args = (q, k, v, o, lse, scale * LOG2E, problem.seqlen_q, problem.seqlen_kv,
             problem.causal_offset, stamps if stamps is not None else lse)
+    arrivals = 0 if stamps is None else ARRIVAL_STAMPS.get(stamps.shape[1], 0)
     kwargs = dict(H=problem.heads, GROUP=problem.group_size, HEAD_DIM=problem.head_dim,
                   CAUSAL=problem.causal, STAMPED=stamps is not None,
-                  STEPS_STAMPED=0 if stamps is None else max(0, stamps.shape[1] - STAMP_SLOTS - 1))
+                  STEPS_STAMPED=STEP_STAMPS if arrivals else 0,
+                  K_SLOT=STAMP_SLOTS + STEP_STAMPS + 1 if arrivals == 2 else 0,
+                  STAMP_STRIDE=STAMP_SLOTS if stamps is None else stamps.shape[1])
     return args, kwargs
 
 
@@ -189,19 +204,21 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     order the global timer (ns) at start, after the K/V loop and at the end,
     its SM, and its SM's clock64 at start and end; [CTAs, STAMP_SLOTS +
     STEP_STAMPS + 1] also the global timer as each of its first STEP_STAMPS
-    K/V steps has its row sums, and as its Q block has arrived."""
+    K/V steps has its row sums, and as its Q block has arrived; [CTAs,
+    STAMP_SLOTS + STEP_STAMPS + 2] also as its first K block has."""
     problem = problem_of(q, k, v, causal)
     cfg = resolve_config("fa2", problem, config, q.device)
     scale = resolve_scale(sm_scale, problem.head_dim)
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     grid = (cdiv(problem.seqlen_q, cfg.block_m), problem.batch * problem.heads)
-    if stamps is not None and (tuple(stamps.shape) not in ((grid[0] * grid[1], STAMP_SLOTS),
-                                                           (grid[0] * grid[1], STAMP_SLOTS + STEP_STAMPS + 1))
+    widths = (STAMP_SLOTS, *ARRIVAL_STAMPS)
+    if stamps is not None and (stamps.dim() != 2 or stamps.shape[0] != grid[0] * grid[1]
+                               or stamps.shape[1] not in widths
                                or stamps.dtype != torch.int64 or stamps.device != q.device):
-        raise ValueError(f"stamps must be an int64 tensor of shape ({grid[0] * grid[1]}, {STAMP_SLOTS}) "
-                         f"or ({grid[0] * grid[1]}, {STAMP_SLOTS + STEP_STAMPS + 1}) (CTAs, stamp slots) on "
-                         f"{q.device}, got {stamps.dtype} {tuple(stamps.shape)} on {stamps.device}")
+        raise ValueError(f"stamps must be an int64 tensor of shape ({grid[0] * grid[1]}, W) (CTAs, stamp "
+                         f"slots), W one of {', '.join(map(str, widths))}, on {q.device}; got {stamps.dtype} "
+                         f"{tuple(stamps.shape)} on {stamps.device}")
     args, kwargs = kernel_arguments(problem, q, k, v, o, lse, scale, stamps)
     launch(_fa2_fwd[grid], *args, **kwargs, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
            num_warps=cfg.num_warps, num_stages=cfg.num_stages)

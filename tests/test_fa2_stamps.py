@@ -123,6 +123,19 @@ def test_lone_cases_are_checked_against_the_lone_list():
         ["N16384_D64_c0_128x64w4s3", "N16384_D128_c0_128x128w8s2"]
 
 
+def test_steps_by_neighbours_sorts_each_step_by_what_its_sm_s_other_ctas_do():
+    """Two CTAs on SM 0 and one on SM 1 (times in ns, 2 cycles a ns): CTA a's
+    steps (10-20, 20-40) meet b first in its first step, then looping; b's
+    (25-30, 30-50) meet a looping and its last (50-52) a's epilogue; c is
+    alone on its SM."""
+    a = {"sm": 0, "start": 0, "q": 5, "steps": [10, 20, 40], "looped": 41, "end": 60, "cycles": 2.0}
+    b = {"sm": 0, "start": 8, "q": 12, "steps": [25, 30, 50, 52], "looped": 53, "end": 70, "cycles": 2.0}
+    c = {"sm": 1, "start": 0, "q": 1, "steps": [2, 6], "looped": 7, "end": 8, "cycles": 2.0}
+    got = fa2_stamps.steps_by_neighbours([a, b, c])
+    assert got == {(("first", 1),): [20.0], (("loop", 1),): [40.0, 10.0, 40.0], (("epi", 1),): [4.0],
+                   (): [8.0]}
+
+
 def test_step_periods_are_consecutive_intervals_by_position():
     got = fa2_stamps.step_periods([[0, 10, 30, 33], [5, 6], [1, 2, 4, 8]], first=1)
     assert got == {1: [20, 2], 2: [3, 4]}
@@ -147,11 +160,13 @@ def test_the_engine_tells_a_tracer_each_ctas_k_copies():
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
-def test_step_stamps_fall_between_a_ctas_start_and_its_loop_end():
+@pytest.mark.parametrize("arrivals", [1, 2])
+def test_step_stamps_fall_between_a_ctas_start_and_its_loop_end(arrivals):
     """Causal N = 512, 64 x 64 blocks: Q block q runs q + 1 steps, each stamped
     (up to STEP_STAMPS) in order between its start and its loop's end, the
-    slots after its last step left at zero, its Q block's arrival between its
-    start and its first step, and the output unchanged."""
+    slots after its last step left at zero, its Q block's arrival (and, in
+    the wider tensor, its first K block's after it) between its start and its
+    first step, and the output unchanged."""
     import torch
 
     from kernels import fa2
@@ -159,14 +174,18 @@ def test_step_stamps_fall_between_a_ctas_start_and_its_loop_end():
 
     problem, cfg = fa2_stamps.problem_config((512, 64, True, 64, 64, 4, 3))
     q, k, v = make_inputs(2, 4, 512, 64)
-    stamps = torch.zeros(8 * 8, fa2.STAMP_SLOTS + fa2.STEP_STAMPS + 1, dtype=torch.int64, device="cuda")
+    width = fa2.STAMP_SLOTS + fa2.STEP_STAMPS + arrivals
+    stamps = torch.zeros(8 * 8, width, dtype=torch.int64, device="cuda")
     out = fa2.forward(q, k, v, causal=True, config=cfg, stamps=stamps)
     ref = fa2.forward(q, k, v, causal=True, config=cfg)
     torch.cuda.synchronize()
     assert torch.equal(out, ref)
     for cta, row in enumerate(stamps.cpu().tolist()):
-        steps, q_ready = row[fa2.STAMP_SLOTS:-1], row[-1]
-        assert row[0] <= q_ready <= steps[0], (cta, row)
+        steps, ready = row[fa2.STAMP_SLOTS:fa2.STAMP_SLOTS + fa2.STEP_STAMPS], row[fa2.STAMP_SLOTS + fa2.STEP_STAMPS:]
+        assert row[0] <= ready[0] <= ready[-1] <= steps[0], (cta, row)
         taken = cta % 8 + 1
         assert all(t == 0 for t in steps[taken:]), (cta, steps)
         assert row[0] <= steps[0] and steps[:taken] == sorted(steps[:taken]) and steps[taken - 1] <= row[1], (cta, row)
+    with pytest.raises(ValueError, match="stamps must be an int64 tensor"):
+        fa2.forward(q, k, v, causal=True, config=cfg, stamps=torch.zeros(8 * 8, width + 2, dtype=torch.int64,
+                                                                         device="cuda"))

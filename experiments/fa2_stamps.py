@@ -173,7 +173,7 @@ def cmd_measure(args) -> int:
 
 
 STEP_FIELDS = ("case", "cta", "sm", "start_ns", "looped_ns", "end_ns", "clock_mhz",
-               *(f"step{j}_ns" for j in range(16)), "q_ready_ns", "k_ready_ns", "kernel_us", "kernel_stamped_us",
+               *(f"step{j}_ns" for j in range(16)), "q_ready_ns", "s0_ready_ns", "kernel_us", "kernel_stamped_us",
                "gpu", "git_commit", "date", "command")
 
 
@@ -181,8 +181,9 @@ def cmd_steps(args) -> int:
     """Each CTA's phases as `measure` stamps them, the global timer as each
     of its first fa2.STEP_STAMPS K/V steps has its row sums (the interval
     between two is a step as the CTA ran it beside its neighbours), and as
-    its Q block has arrived; with --k-ready also as its first K block has
-    (a row sum of it, in its first step only)."""
+    its Q block has arrived; with --s-ready also as its first S = Q Kᵀ block
+    exists (its first K block in and the product done; the step's softmax
+    waits for the stamp)."""
     import torch
 
     from kernels import fa2
@@ -195,7 +196,7 @@ def cmd_steps(args) -> int:
     for case in selected(args.cases):
         problem, cfg = problem_config(case)
         q, k, v, stamps = _stamped_inputs(problem, cfg)
-        width = fa2.STAMP_SLOTS + fa2.STEP_STAMPS + (2 if args.k_ready else 1)
+        width = fa2.STAMP_SLOTS + fa2.STEP_STAMPS + (2 if args.s_ready else 1)
         wide = torch.zeros(len(stamps), width, dtype=torch.int64, device="cuda")
         plain, stamped = _time_and_stamp(problem, cfg, q, k, v, wide)
         made = stamp_rows(wide[:, :fa2.STAMP_SLOTS].contiguous(), prov, case=case_name(case),
@@ -205,7 +206,7 @@ def cmd_steps(args) -> int:
             for j, t in enumerate(steps[:fa2.STEP_STAMPS]):
                 row[f"step{j}_ns"] = t - t0 if t else ""
             row["q_ready_ns"] = steps[fa2.STEP_STAMPS] - t0
-            row["k_ready_ns"] = steps[fa2.STEP_STAMPS + 1] - t0 if args.k_ready else ""
+            row["s0_ready_ns"] = steps[fa2.STEP_STAMPS + 1] - t0 if args.s_ready else ""
         rows += made
         print(f"{case_name(case)}: {plain * 1e3:.1f} us ({stamped * 1e3:.1f} us with step stamps), "
               f"{len(wide)} CTAs", flush=True)
@@ -402,13 +403,13 @@ def steps_by_neighbours(ctas: list[dict]) -> dict:
 
 def _measured_ctas(rows: list[dict]) -> list[dict]:
     """steps_by_neighbours' CTAs from a `steps` file's rows of one case (ns;
-    cycles at each CTA's own clock), with `k` where the run stamped it."""
+    cycles at each CTA's own clock), with `s0` where the run stamped it."""
     out = []
     for r in rows:
         steps = [int(r[f"step{j}_ns"]) for j in range(16) if r[f"step{j}_ns"]]
         if steps and r.get("q_ready_ns"):      # (Q stamped from session 44's second run on)
             out.append({"sm": int(r["sm"]), "start": int(r["start_ns"]), "q": int(r["q_ready_ns"]),
-                        "k": int(r["k_ready_ns"]) if r.get("k_ready_ns") else None, "steps": steps,
+                        "s0": int(r["s0_ready_ns"]) if r.get("s0_ready_ns") else None, "steps": steps,
                         "looped": int(r["looped_ns"]), "end": int(r["end_ns"]),
                         "cycles": float(r["clock_mhz"]) / 1e3})
     return out
@@ -432,9 +433,10 @@ def _engine_ctas(tracer: _CopyTracer, stages: int, setup_s: float, clock_hz: flo
 
 
 def cmd_steps_compare(args) -> int:
-    """Per case: a CTA's code start to its Q block's arrival, its first K
-    block's (where the run stamped it) and its first step's end, GPU and
-    engine (full simulation); the median step (cycles) at each of a CTA's
+    """Per case: a CTA's code start to its Q block's arrival, its first S
+    block's existence (GPU, where the run stamped it) or first K block's
+    arrival (engine), and its first step's end, GPU and engine (full
+    simulation); the median step (cycles) at each of a CTA's
     first positions, GPU (step stamps, at the CTA's own clock) and engine
     (intervals between its K copies, each issued as a step ends); and the
     median step by what the SM's other CTAs were doing (steps_by_neighbours)."""
@@ -469,10 +471,10 @@ def cmd_steps_compare(args) -> int:
         sides = {"GPU": (measured_ctas[name], 1e3), "engine": (_engine_ctas(tracer, cfg.num_stages, setup,
                                                                              gpu.clock_hz), 1e-6)}
         print(f"{name}: from a CTA's code start, µs, GPU | engine")
-        for what, key in (("Q block in", "q"), ("first K block in", "k")):
-            if all(c[key] is not None for c in sides["GPU"][0]):
+        for what, keys in (("Q block in", ("q", "q")), ("first S | K in", ("s0", "k"))):
+            if all(c[keys[0]] is not None for c in sides["GPU"][0]):
                 print(f"  {what:<17}" + " | ".join(f"{med((c[key] - c['start']) / unit for c in ctas):.2f}"
-                                                   for ctas, unit in sides.values()))
+                                                   for key, (ctas, unit) in zip(keys, sides.values())))
         print(f"  {'first step ends':<17}" + " | ".join(f"{med((c['steps'][0] - c['start']) / unit for c in ctas):.2f}"
                                                      for ctas, unit in sides.values()))
         periods = {side: step_periods([[t * c["cycles"] for t in c["steps"]] for c in ctas])
@@ -667,8 +669,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("steps", help="GPU: stamp every CTA of the cases and its first 16 K/V steps")
     p.add_argument("--out", default="experiments/results/fa2_stamps_steps_q_h100.csv")
     p.add_argument("--cases", help="comma-separated case names (default: all)")
-    p.add_argument("--k-ready", action="store_true",
-                   help="also stamp each CTA's first K block's arrival (column k_ready_ns)")
+    p.add_argument("--s-ready", action="store_true",
+                   help="also stamp as each CTA's first S = Q Kᵀ block exists (column s0_ready_ns)")
     p.set_defaults(func=cmd_steps)
     p = sub.add_parser("steps-compare", help="CPU: the GPU's steps (step stamps) beside the engine's, "
                                              "cycles at each of a CTA's first positions")

@@ -36,17 +36,17 @@ from .online_softmax import kv_block_range, mask_scores, softmax_update, store_o
 @triton.jit
 def _fa2_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, n_kv, causal_off,
                qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
-               STAMPS=None, K_SLOT: tl.constexpr = 0, STRIDE: tl.constexpr = 0):
+               STAMPS=None, S_SLOT: tl.constexpr = 0, STRIDE: tl.constexpr = 0):
     cols = start_n + offs_n
     if MASKED:
         kv_ok = (cols < n_kv)[:, None]
         k = tl.load(k_ptrs, mask=kv_ok, other=0.0)
     else:
         k = tl.load(k_ptrs)
-    if K_SLOT:      # diagnostics: the global timer once the first K block is in (start_n 0)
-        if start_n == 0:
-            _stamp_arrival(STAMPS, k, K_SLOT, STRIDE)
     qk = tl.dot(q, tl.trans(k))
+    if S_SLOT:      # diagnostics: the global timer once the first S block exists (start_n 0)
+        if start_n == 0:
+            qk = _stamp_before_use(STAMPS, qk, S_SLOT, STRIDE)
     if MASKED:
         qk = mask_scores(qk, cols, offs_m, n_kv, causal_off, CAUSAL)
     p, alpha, l_i, m_new = softmax_update(qk, m_i, l_i, qk_scale)
@@ -64,8 +64,9 @@ def _fa2_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, n_kv, 
 # a stamps tensor wider by STEP_STAMPS + 1 also takes the global timer as each
 # of the CTA's first STEP_STAMPS K/V steps has its row sums (its softmax done)
 # and, in the slot after them, as its Q block has arrived in registers; one
-# wider by STEP_STAMPS + 2 also, in its last slot, as its first K block has
-# (ARRIVAL_STAMPS: how many of those arrival slots a width holds)
+# wider by STEP_STAMPS + 2 also, in its last slot, as its first S = Q Kᵀ
+# block exists (its first K block in, the product done; its softmax waits
+# for the stamp) (ARRIVAL_STAMPS: how many of those arrival slots a width holds)
 STAMP_SLOTS = 6
 STEP_STAMPS = 16
 ARRIVAL_STAMPS = {STAMP_SLOTS + STEP_STAMPS + 1: 1, STAMP_SLOTS + STEP_STAMPS + 2: 2}
@@ -91,9 +92,22 @@ def _stamp_step(STAMPS, j, l_i, BLOCK_M: tl.constexpr, STEPS: tl.constexpr, STRI
 @triton.jit
 def _stamp_arrival(STAMPS, tile, slot: tl.constexpr, STRIDE: tl.constexpr):
     """Diagnostics: STAMPS[cta, slot] = the global timer once `tile` (a block
-    of rows: Q, or the first K) has arrived (a row sum of it computed)."""
+    of rows) has arrived (a row sum of it computed); returns the timer."""
     arrived = tl.sum(tile.to(tl.float32), 1).to(tl.int32, bitcast=True)
-    _stamp(STAMPS, slot, global_timer(arrived), tile.shape[0], STRIDE)
+    timer = global_timer(arrived)
+    _stamp(STAMPS, slot, timer, tile.shape[0], STRIDE)
+    return timer
+
+
+@triton.jit
+def _stamp_before_use(STAMPS, tile, slot: tl.constexpr, STRIDE: tl.constexpr):
+    """_stamp_arrival of an fp32 `tile`, returned plus a zero computed from
+    the timer (its sign bit: the timer counts ns from 0), so that whatever
+    uses it waits for the timer's read: the compiler would otherwise read it
+    where it likes (a row sum of the first K block, tried, was read after the
+    step's P V product)."""
+    timer = _stamp_arrival(STAMPS, tile, slot, STRIDE)
+    return tile + (timer >> 63).to(tl.float32)[:, None]
 
 
 @triton.jit
@@ -121,13 +135,13 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
              H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
              STAMPED: tl.constexpr = False, STEPS_STAMPED: tl.constexpr = 0,
-             K_SLOT: tl.constexpr = 0, STAMP_STRIDE: tl.constexpr = _STAMP_SLOTS):
+             S_SLOT: tl.constexpr = 0, STAMP_STRIDE: tl.constexpr = _STAMP_SLOTS):
     # STAMPED (diagnostics only; compiled out otherwise): the global timer at
     # the CTA's start, after its K/V loop and at its end, its SM, and the
     # SM's cycle counter at its start and end (its clock: cycles over ns), in
-    # rows of STAMP_STRIDE slots; STEPS_STAMPED and K_SLOT (the first K
-    # block's arrival slot, 0: none; a cross-compile that does not pass it
-    # leaves it None, so tests of it are truthiness tests): see STAMP_SLOTS
+    # rows of STAMP_STRIDE slots; STEPS_STAMPED and S_SLOT (the slot of the
+    # first S block's existence, 0: none; a cross-compile that does not pass
+    # it leaves it None, so tests of it are truthiness tests): see STAMP_SLOTS
     if STAMPED:
         started = global_timer(tl.zeros([BLOCK_M], dtype=tl.int32) + tl.program_id(0))
         started_clk = sm_clock(tl.zeros([BLOCK_M], dtype=tl.int32) + tl.program_id(0))
@@ -159,14 +173,14 @@ def _fa2_fwd(Q, K, V, O, LSE, qk_scale, n_q, n_kv, causal_off, STAMPS,
         acc, l_i, m_i = _fa2_block(acc, l_i, m_i, q, k_ptrs + j * BLOCK_N * HEAD_DIM,
                                    v_ptrs + j * BLOCK_N * HEAD_DIM, j * BLOCK_N, offs_m, offs_n,
                                    n_kv, causal_off, qk_scale, False, CAUSAL, HEAD_DIM,
-                                   STAMPS, K_SLOT, STAMP_STRIDE)
+                                   STAMPS, S_SLOT, STAMP_STRIDE)
         if STEPS_STAMPED:
             _stamp_step(STAMPS, j, l_i, BLOCK_M, STEPS_STAMPED, STAMP_STRIDE)
     for j in range(n_full, n_blocks):
         acc, l_i, m_i = _fa2_block(acc, l_i, m_i, q, k_ptrs + j * BLOCK_N * HEAD_DIM,
                                    v_ptrs + j * BLOCK_N * HEAD_DIM, j * BLOCK_N, offs_m, offs_n,
                                    n_kv, causal_off, qk_scale, True, CAUSAL, HEAD_DIM,
-                                   STAMPS, K_SLOT, STAMP_STRIDE)
+                                   STAMPS, S_SLOT, STAMP_STRIDE)
         if STEPS_STAMPED:
             _stamp_step(STAMPS, j, l_i, BLOCK_M, STEPS_STAMPED, STAMP_STRIDE)
 
@@ -189,7 +203,7 @@ def kernel_arguments(problem: AttentionProblem, q, k, v, o, lse, scale: float, s
     kwargs = dict(H=problem.heads, GROUP=problem.group_size, HEAD_DIM=problem.head_dim,
                   CAUSAL=problem.causal, STAMPED=stamps is not None,
                   STEPS_STAMPED=STEP_STAMPS if arrivals else 0,
-                  K_SLOT=STAMP_SLOTS + STEP_STAMPS + 1 if arrivals == 2 else 0,
+                  S_SLOT=STAMP_SLOTS + STEP_STAMPS + 1 if arrivals == 2 else 0,
                   STAMP_STRIDE=STAMP_SLOTS if stamps is None else stamps.shape[1])
     return args, kwargs
 
@@ -205,7 +219,7 @@ def forward(q, k, v, *, causal=False, config: TileConfig | None = None, sm_scale
     its SM, and its SM's clock64 at start and end; [CTAs, STAMP_SLOTS +
     STEP_STAMPS + 1] also the global timer as each of its first STEP_STAMPS
     K/V steps has its row sums, and as its Q block has arrived; [CTAs,
-    STAMP_SLOTS + STEP_STAMPS + 2] also as its first K block has."""
+    STAMP_SLOTS + STEP_STAMPS + 2] also as its first S = Q Kᵀ block exists."""
     problem = problem_of(q, k, v, causal)
     cfg = resolve_config("fa2", problem, config, q.device)
     scale = resolve_scale(sm_scale, problem.head_dim)

@@ -28,6 +28,9 @@
     every SM at once, per SM (latency_per_sm): SMs nearer to L2 and farther from it;
   * cp.async tile copies into a 1-4 deep SMEM ring in Triton's loop order (cp_async): a
     copy's latency and the rate a CTA fills its SMEM at, one CTA alone and every SM busy;
+  * fa2's CTA prologue (prologue_probe, held out): from its Q block's arrival to its first
+    K/V stage's, with and without Triton's fence.proxy.async, alone on an SM and beside two
+    CTAs streaming copies and running exp2s;
   * launch cost: do_bench of an empty kernel (the fixed cost of every kernel timed the
     way the validation sweep times attention), plus back-to-back eager and graph launches;
   * the device's own report (SMs, SMEM per SM and per block, registers, L2 size).
@@ -65,7 +68,8 @@ from experiments.calibration.compute_benches import (FP8_DOT_CHAINS, MORE_DOT_CH
 from experiments.calibration.cross_compile import DOT_CHAIN_LOOPS, cmd_check, cmd_loops  # noqa: E402
 from experiments.calibration.cuda_benches import (bench_cp_async, bench_cta_cycle, bench_cta_dispatch,  # noqa: E402
                                                   bench_cta_stamps, bench_cuda, bench_latency, bench_latency_clock,
-                                                  bench_latency_per_sm, bench_launch, bench_loaded_latency)
+                                                  bench_latency_per_sm, bench_launch, bench_loaded_latency,
+                                                  bench_prologue_probe)
 from experiments.calibration.cuda_kernels import CUDA_SRC, compile_cuda  # noqa: E402
 from experiments.calibration.memory_benches import (bench_device, bench_hbm, bench_l2, bench_l2_duration,  # noqa: E402
                                                     bench_l2_ramp, bench_l2_round_trip, bench_l2_shared,
@@ -149,6 +153,7 @@ def cmd_run(args) -> int:
              ("launch", lambda: bench_launch(r, K, mod)),
              ("cta_cycle", lambda: mod and bench_cta_cycle(r, mod)),
              ("cp_async", lambda: mod and bench_cp_async(r, mod)),
+             ("prologue_probe", lambda: mod and bench_prologue_probe(r, mod)),
              ("cta_stamps", lambda: mod and bench_cta_stamps(r, mod, args.out_dir)),
              ("cta_dispatch", lambda: mod and bench_cta_dispatch(r, mod, args.out_dir))]
     only = set(args.only.split(",")) if args.only else None
@@ -227,7 +232,7 @@ def main(argv=None) -> int:
                                               "dot_chain_stream,dot_chain_stream_d64,dot_chain_online_stream,dot_chain_online_stream_wide,"
                                               "dot_chain_online_sync,dot_chain_parts,"
                                               "exp2_triton,latency,loaded_latency,"
-                                              "launch,cta_cycle,cta_stamps,cta_dispatch")
+                                              "launch,cta_cycle,cta_stamps,cta_dispatch,prologue_probe")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("check", help="compile every microkernel for sm_90 here and show its SASS")
     p.set_defaults(func=cmd_check)

@@ -358,11 +358,135 @@ CP_ASYNC_DEPTHS(4)
 CP_ASYNC_DEPTHS(8)
 CP_ASYNC_DEPTHS(16)
 CP_ASYNC_DEPTHS(32)
+
+__device__ __forceinline__ void cp_async_wait_all_and_sync() {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+}
+
+// fa2's CTA prologue as Triton 3.6 compiles it for sm_90 (kernels/fa2.py cross-compiled, 64x64
+// blocks, D = 64, 4 warps, 3 stages): the Q block by plain 16 B loads into registers (LDG.E.128,
+// 4 a thread: 8 KB), stored into SMEM, the first two stages' K and V tiles by cp.async (8 KB
+// each, a commit group each, the CTA's barrier between the stages), then (MEMBAR) the
+// fence.proxy.async Triton puts before its loop (the wgmma reads Q from SMEM), the first stage awaited
+// (cp.async.wait_group 2) and the CTA's barrier. A probe CTA runs it `probes` times, each with a
+// fresh Q block (from a set of q_blocks, larger than L2: from HBM) and K/V tiles from an
+// L2-resident set of kv_tiles, and stamps each: clock64 at its start, once Q is in (after its
+// STS has issued: a warp issues in order, the STS waits for Q's registers) and once the first
+// stage is in. Blocks below `busy` run instead a loop like a fa2 step without its products (a
+// 16 KB cp.async stage a step into a 3-deep ring, 32 ex2 and 8 shuffles a thread) for
+// busy_steps steps, so that probes share their SMs with them. out: per probe the two intervals;
+// spans: per block its SM and its global timer at start and end.
+template <int MEMBAR>
+__device__ __forceinline__ void probe_cta(const int4* __restrict__ q_src, int q_blocks, const int4* __restrict__ kv_src,
+                                          int kv_tiles, int probes, int index, unsigned long long* out) {
+    extern __shared__ __align__(128) int4 smem[];
+    const unsigned base = (unsigned)__cvta_generic_to_shared(smem);
+    const int t = threadIdx.x;                           // 128 threads, 512 16 B vectors a tile
+    float acc = 0.f;
+    for (int it = 0; it < probes; it++) {
+        cp_async_wait_all_and_sync();
+        const int qb = (index * probes + it) % q_blocks, kv = (index * 7 + it * 4) % (kv_tiles - 4);
+        unsigned long long c0 = clock64();
+        const int4* q = q_src + (size_t)qb * 512 + t;
+        int4 r0, r1, r2, r3;
+        asm volatile("ld.global.v4.b32 {%0,%1,%2,%3}, [%4];" : "=r"(r0.x), "=r"(r0.y), "=r"(r0.z), "=r"(r0.w) : "l"(q));
+        asm volatile("ld.global.v4.b32 {%0,%1,%2,%3}, [%4];" : "=r"(r1.x), "=r"(r1.y), "=r"(r1.z), "=r"(r1.w) : "l"(q + 128));
+        asm volatile("ld.global.v4.b32 {%0,%1,%2,%3}, [%4];" : "=r"(r2.x), "=r"(r2.y), "=r"(r2.z), "=r"(r2.w) : "l"(q + 256));
+        asm volatile("ld.global.v4.b32 {%0,%1,%2,%3}, [%4];" : "=r"(r3.x), "=r"(r3.y), "=r"(r3.z), "=r"(r3.w) : "l"(q + 384));
+        smem[t] = r0; smem[t + 128] = r1; smem[t + 256] = r2; smem[t + 384] = r3;
+        unsigned long long cq = clock64();
+        #pragma unroll
+        for (int g = 0; g < 4; g++) {               // K0, V0 | K1, V1: 8 KB tiles, a group each
+            if (g == 2) __syncthreads();
+            const int4* src = kv_src + (size_t)(kv + g) * 512 + t;
+            const unsigned dst = base + 16u * (unsigned)(512 * (1 + g) + t);
+            #pragma unroll
+            for (int k = 0; k < 4; k++)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst + 16u * 128 * k), "l"(src + 128 * k) : "memory");
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        }
+        if (MEMBAR)     // (ptxas: MEMBAR.ALL.CTA, FENCE.VIEW.ASYNC.S, as in fa2's SASS)
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        asm volatile("cp.async.wait_group 2;" ::: "memory");
+        __syncthreads();
+        unsigned long long ckv = clock64();
+        acc += __int_as_float(smem[512 + t].x) + __int_as_float(smem[1024 + t].x);
+        if (t == 0) {
+            out[2 * (index * probes + it)] = cq - c0;
+            out[2 * (index * probes + it) + 1] = ckv - cq;
+        }
+    }
+    if (acc == 12345.f) out[0] = 0;     // (keeps the reads)
+}
+
+__device__ __forceinline__ void busy_cta(const int4* __restrict__ kv_src, int kv_tiles, int steps) {
+    extern __shared__ __align__(128) int4 smem[];
+    const unsigned base = (unsigned)__cvta_generic_to_shared(smem);
+    const int t = threadIdx.x;
+    float x[32];
+    #pragma unroll
+    for (int j = 0; j < 32; j++) x[j] = 0.001f * (t + 37 * j);
+    for (int i = 0; i < steps + 2; i++) {
+        if (i < steps) {                            // a 16 KB stage into a 3-deep ring
+            const int4* src = kv_src + (size_t)((blockIdx.x * 5 + 2 * i) % (kv_tiles - 2)) * 512 + t;
+            const unsigned dst = base + 16u * (unsigned)(1024 * (i % 3) + t);
+            #pragma unroll
+            for (int k = 0; k < 8; k++)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst + 16u * 128 * k), "l"(src + 128 * k) : "memory");
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        asm volatile("cp.async.wait_group 2;" ::: "memory");
+        __syncthreads();
+        float m = __int_as_float(smem[1024 * (i % 3) + t].x);
+        #pragma unroll
+        for (int s = 16; s > 0; s >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
+        #pragma unroll
+        for (int j = 0; j < 32; j++) {
+            float y = x[j] * 0.5f - m * 1e-30f;
+            asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(x[j]) : "f"(-y));
+        }
+        float l = 0.f;
+        #pragma unroll
+        for (int j = 0; j < 32; j++) l += x[j];
+        #pragma unroll
+        for (int s = 16; s > 0; s >>= 1) l += __shfl_xor_sync(0xffffffffu, l, s);
+        x[0] += l * 1e-30f;
+        __syncthreads();
+    }
+    if (x[0] == 12345.f) smem[t].x = 1;     // (keeps the work)
+}
+
+template <int MEMBAR>
+__device__ __forceinline__ void prologue_probe(const int4* q_src, int q_blocks, const int4* kv_src, int kv_tiles,
+                                               int probes, int busy, int busy_steps,
+                                               unsigned long long* out, unsigned long long* spans) {
+    unsigned long long t0 = gtimer();
+    if ((int)blockIdx.x < busy)
+        busy_cta(kv_src, kv_tiles, busy_steps);
+    else
+        probe_cta<MEMBAR>(q_src, q_blocks, kv_src, kv_tiles, probes, blockIdx.x - busy, out);
+    if (threadIdx.x == 0) {
+        unsigned smid; asm volatile("mov.u32 %0, %smid;" : "=r"(smid));
+        spans[3 * blockIdx.x] = smid; spans[3 * blockIdx.x + 1] = t0; spans[3 * blockIdx.x + 2] = gtimer();
+    }
+}
+extern "C" __global__ void prologue_probe_membar(const int4* q_src, int q_blocks, const int4* kv_src, int kv_tiles,
+                                                 int probes, int busy, int busy_steps,
+                                                 unsigned long long* out, unsigned long long* spans) {
+    prologue_probe<1>(q_src, q_blocks, kv_src, kv_tiles, probes, busy, busy_steps, out, spans);
+}
+extern "C" __global__ void prologue_probe_plain(const int4* q_src, int q_blocks, const int4* kv_src, int kv_tiles,
+                                                int probes, int busy, int busy_steps,
+                                                unsigned long long* out, unsigned long long* spans) {
+    prologue_probe<0>(q_src, q_blocks, kv_src, kv_tiles, probes, busy, busy_steps, out, spans);
+}
 """
 
 CUDA_KERNELS = ("ex2_loop", "ffma_loop", "smem_read", "mma_bf16", "mma_f16", "mma_e4m3",
                 "chase_plain", "chase_tma", "chase_per_sm", "empty_kernel", "cta_cycle", "cta_cycle_stamped",
-                *(f"cp_async_d{d}_v{v}" for d in (1, 2, 3, 4) for v in (0, 1, 2, 4, 8, 16, 32)))
+                *(f"cp_async_d{d}_v{v}" for d in (1, 2, 3, 4) for v in (0, 1, 2, 4, 8, 16, 32)),
+                "prologue_probe_membar", "prologue_probe_plain")
 
 
 def compile_cuda(workdir: str, arch: str = "sm_90") -> str:

@@ -465,11 +465,11 @@ def bench_prologue_probe(r: Runner, mod):
     """Rows `prologue_probe` (held out: diagnostics, no profile key reads them):
     cycles from a CTA's Q block being in its registers to its first K/V stage
     being in SMEM, as fa2's prologue issues them (Q's loads, its STS, two
-    stages of two 8 KB cp.async tiles, the fence.proxy.async Triton puts
-    before its loop or not, the wait for the first stage and the barrier);
-    `..._q`: from the probe's start to Q being in. One probe CTA an SM alone
-    (`lone`) or beside two CTAs an SM that stream 16 KB a step by cp.async
-    and run 32 ex2 and 10 shuffles a thread a step (`busy2`)."""
+    stages of two 8 KB cp.async tiles, Triton's fence.proxy.async, the wait
+    for the first stage and the barrier); `..._q`: from the probe's start to Q
+    being in. One probe CTA an SM alone (`lone`) or beside two busy CTAs an SM
+    (cuda_kernels.py: `copy`, `mufu`, `mixed`); `..._step`: the busy CTAs'
+    cycles a step."""
     import cupy
     import numpy as np
 
@@ -480,34 +480,37 @@ def bench_prologue_probe(r: Runner, mod):
         r.add("prologue_probe", "skipped", "nan", "", detail=f"{PROBE_SMEM} B of SMEM a CTA does not make three an SM")
         return
     with r.sampler() as s:
-        for busy_per_sm in (0, 2):
-            for fence in (True, False):
-                k = mod.get_function("prologue_probe_membar" if fence else "prologue_probe_plain")
-                k.max_dynamic_shared_size_bytes = PROBE_SMEM
-                busy = busy_per_sm * r.sms
-                grid = busy + r.sms
-                out = cupy.zeros(2 * r.sms * PROBE_REPS, dtype=cupy.uint64)
-                spans = cupy.zeros(3 * grid, dtype=cupy.uint64)
-                args = (q_src, np.int32(q_blocks), kv_src, np.int32(kv_tiles), np.int32(PROBE_REPS),
-                        np.int32(busy), np.int32(PROBE_BUSY_STEPS), out, spans)
-                k((grid,), (128,), args, shared_mem=PROBE_SMEM)        # warm: the K/V set into L2
-                k((grid,), (128,), args, shared_mem=PROBE_SMEM)
-                cupy.cuda.Device().synchronize()
-                o = out.get().reshape(r.sms, PROBE_REPS, 2)[:, 1:, :].astype(np.float64)
-                sp = spans.get().reshape(grid, 3).astype(np.int64)
-                # a probe CTA shares its SM with busy CTAs for all of its run
-                beside = [int(((sp[:busy, 0] == sm) & (sp[:busy, 1] <= t0) & (sp[:busy, 2] >= t1)).sum())
-                          for sm, t0, t1 in sp[busy:]]
-                name = f"{'busy2' if busy_per_sm else 'lone'}_{'fence' if fence else 'nofence'}"
-                where = (f"probe CTAs beside 0/1/2 busy CTAs on their SM for all their run: "
-                         f"{beside.count(0)}/{beside.count(1)}/{beside.count(2)}")
-                for part, what in ((1, "Q in -> first K/V stage in"), (0, "start -> Q in")):
-                    v = o[:, :, part].ravel()
-                    p10, p50, p90 = np.percentile(v, (10, 50, 90))
-                    r.add("prologue_probe", name if part else f"{name}_q", float(p50), "cycles", s.mhz,
-                          detail=f"{what}, median of {v.size} probes ({r.sms} probe CTAs x {PROBE_REPS - 1}), "
-                                 f"p10 {p10:.0f}, p90 {p90:.0f}; {busy} busy CTAs; {where}; Q from a "
-                                 f"{PROBE_Q_BYTES >> 20} MB set, K/V from a {PROBE_KV_BYTES >> 20} MB one")
+        for name, mode, busy_per_sm in (("lone", "copy", 0), ("busy2_copy", "copy", 2), ("busy2_mufu", "mufu", 2),
+                                        ("busy2_mixed", "mixed", 2)):
+            k = mod.get_function(f"prologue_probe_{mode}")
+            k.max_dynamic_shared_size_bytes = PROBE_SMEM
+            busy = busy_per_sm * r.sms
+            grid = busy + r.sms
+            out = cupy.zeros(2 * r.sms * PROBE_REPS, dtype=cupy.uint64)
+            spans = cupy.zeros(4 * grid, dtype=cupy.uint64)
+            args = (q_src, np.int32(q_blocks), kv_src, np.int32(kv_tiles), np.int32(PROBE_REPS),
+                    np.int32(busy), np.int32(PROBE_BUSY_STEPS), out, spans)
+            k((grid,), (128,), args, shared_mem=PROBE_SMEM)        # warm: the K/V set into L2
+            k((grid,), (128,), args, shared_mem=PROBE_SMEM)
+            cupy.cuda.Device().synchronize()
+            o = out.get().reshape(r.sms, PROBE_REPS, 2)[:, 1:, :].astype(np.float64)
+            sp = spans.get().reshape(grid, 4).astype(np.int64)
+            # a probe CTA shares its SM with busy CTAs for all of its run
+            beside = [int(((sp[:busy, 0] == sm) & (sp[:busy, 1] <= t0) & (sp[:busy, 2] >= t1)).sum())
+                      for sm, t0, t1, _ in sp[busy:]]
+            where = (f"probe CTAs beside 0/1/2 busy CTAs on their SM for all their run: "
+                     f"{beside.count(0)}/{beside.count(1)}/{beside.count(2)}")
+            for part, what in ((1, "Q in -> first K/V stage in"), (0, "start -> Q in")):
+                v = o[:, :, part].ravel()
+                p10, p50, p90 = np.percentile(v, (10, 50, 90))
+                r.add("prologue_probe", name if part else f"{name}_q", float(p50), "cycles", s.mhz,
+                      detail=f"{what}, median of {v.size} probes ({r.sms} probe CTAs x {PROBE_REPS - 1}), "
+                             f"p10 {p10:.0f}, p90 {p90:.0f}; {busy} busy CTAs ({mode}); {where}; Q from a "
+                             f"{PROBE_Q_BYTES >> 20} MB set, K/V from a {PROBE_KV_BYTES >> 20} MB one")
+            if busy:
+                step = float(np.median(sp[:busy, 3])) / PROBE_BUSY_STEPS
+                r.add("prologue_probe", f"{name}_step", step, "cycles", s.mhz,
+                      detail=f"a busy CTA's cycles a step ({mode}), median of {busy} over {PROBE_BUSY_STEPS} steps")
     del q_src, kv_src
 
 

@@ -374,9 +374,9 @@ __device__ __forceinline__ void cp_async_wait_all_and_sync() {
 // L2-resident set of kv_tiles, and stamps each: clock64 at its start, once Q is in (after its
 // STS has issued: a warp issues in order, the STS waits for Q's registers) and once the first
 // stage is in. Blocks below `busy` run instead a loop like a fa2 step without its products (a
-// 16 KB cp.async stage a step into a 3-deep ring, 32 ex2 and 8 shuffles a thread) for
-// busy_steps steps, so that probes share their SMs with them. out: per probe the two intervals;
-// spans: per block its SM and its global timer at start and end.
+// 16 KB cp.async stage a step into a 3-deep ring or none, 32 or 128 ex2 and 10 shuffles a
+// thread) for busy_steps steps, so that probes share their SMs with them. out: per probe the
+// two intervals; spans: per block its SM, its global timer at start and end, and its cycles.
 template <int MEMBAR>
 __device__ __forceinline__ void probe_cta(const int4* __restrict__ q_src, int q_blocks, const int4* __restrict__ kv_src,
                                           int kv_tiles, int probes, int index, unsigned long long* out) {
@@ -420,6 +420,7 @@ __device__ __forceinline__ void probe_cta(const int4* __restrict__ q_src, int q_
     if (acc == 12345.f) out[0] = 0;     // (keeps the reads)
 }
 
+template <int COPY, int EX2>
 __device__ __forceinline__ void busy_cta(const int4* __restrict__ kv_src, int kv_tiles, int steps) {
     extern __shared__ __align__(128) int4 smem[];
     const unsigned base = (unsigned)__cvta_generic_to_shared(smem);
@@ -428,7 +429,7 @@ __device__ __forceinline__ void busy_cta(const int4* __restrict__ kv_src, int kv
     #pragma unroll
     for (int j = 0; j < 32; j++) x[j] = 0.001f * (t + 37 * j);
     for (int i = 0; i < steps + 2; i++) {
-        if (i < steps) {                            // a 16 KB stage into a 3-deep ring
+        if (COPY && i < steps) {                    // a 16 KB stage into a 3-deep ring
             const int4* src = kv_src + (size_t)((blockIdx.x * 5 + 2 * i) % (kv_tiles - 2)) * 512 + t;
             const unsigned dst = base + 16u * (unsigned)(1024 * (i % 3) + t);
             #pragma unroll
@@ -442,9 +443,12 @@ __device__ __forceinline__ void busy_cta(const int4* __restrict__ kv_src, int kv
         #pragma unroll
         for (int s = 16; s > 0; s >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
         #pragma unroll
-        for (int j = 0; j < 32; j++) {
-            float y = x[j] * 0.5f - m * 1e-30f;
-            asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(x[j]) : "f"(-y));
+        for (int e = 0; e < EX2; e += 32) {
+            #pragma unroll
+            for (int j = 0; j < 32; j++) {
+                float y = x[j] * 0.5f - m * 1e-30f;
+                asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(x[j]) : "f"(-y));
+            }
         }
         float l = 0.f;
         #pragma unroll
@@ -457,36 +461,40 @@ __device__ __forceinline__ void busy_cta(const int4* __restrict__ kv_src, int kv
     if (x[0] == 12345.f) smem[t].x = 1;     // (keeps the work)
 }
 
-template <int MEMBAR>
+template <int COPY, int EX2>
 __device__ __forceinline__ void prologue_probe(const int4* q_src, int q_blocks, const int4* kv_src, int kv_tiles,
                                                int probes, int busy, int busy_steps,
                                                unsigned long long* out, unsigned long long* spans) {
-    unsigned long long t0 = gtimer();
+    unsigned long long t0 = gtimer(), c0 = clock64();
     if ((int)blockIdx.x < busy)
-        busy_cta(kv_src, kv_tiles, busy_steps);
+        busy_cta<COPY, EX2>(kv_src, kv_tiles, busy_steps);
     else
-        probe_cta<MEMBAR>(q_src, q_blocks, kv_src, kv_tiles, probes, blockIdx.x - busy, out);
+        probe_cta<1>(q_src, q_blocks, kv_src, kv_tiles, probes, blockIdx.x - busy, out);
+    __syncthreads();
     if (threadIdx.x == 0) {
         unsigned smid; asm volatile("mov.u32 %0, %smid;" : "=r"(smid));
-        spans[3 * blockIdx.x] = smid; spans[3 * blockIdx.x + 1] = t0; spans[3 * blockIdx.x + 2] = gtimer();
+        spans[4 * blockIdx.x] = smid; spans[4 * blockIdx.x + 1] = t0; spans[4 * blockIdx.x + 2] = gtimer();
+        spans[4 * blockIdx.x + 3] = clock64() - c0;
     }
 }
-extern "C" __global__ void prologue_probe_membar(const int4* q_src, int q_blocks, const int4* kv_src, int kv_tiles,
-                                                 int probes, int busy, int busy_steps,
-                                                 unsigned long long* out, unsigned long long* spans) {
-    prologue_probe<1>(q_src, q_blocks, kv_src, kv_tiles, probes, busy, busy_steps, out, spans);
+// busy CTAs: 16 KB of copies and 32 ex2 a thread a step (`copy`: bound by the SM's copies);
+// 128 ex2 a thread and no copies (`mufu`); 16 KB of copies and 128 ex2 (`mixed`: about the
+// copies and MUFU work of a 64x64 fa2 step, at D = 64, taking 1-2k cycles a step)
+#define PROLOGUE_PROBE(NAME, COPY, EX2)                                                            \
+extern "C" __global__ void prologue_probe_##NAME(const int4* q_src, int q_blocks, const int4* kv_src, \
+                                                 int kv_tiles, int probes, int busy, int busy_steps,  \
+                                                 unsigned long long* out, unsigned long long* spans) { \
+    prologue_probe<COPY, EX2>(q_src, q_blocks, kv_src, kv_tiles, probes, busy, busy_steps, out, spans); \
 }
-extern "C" __global__ void prologue_probe_plain(const int4* q_src, int q_blocks, const int4* kv_src, int kv_tiles,
-                                                int probes, int busy, int busy_steps,
-                                                unsigned long long* out, unsigned long long* spans) {
-    prologue_probe<0>(q_src, q_blocks, kv_src, kv_tiles, probes, busy, busy_steps, out, spans);
-}
+PROLOGUE_PROBE(copy, 1, 32)
+PROLOGUE_PROBE(mufu, 0, 128)
+PROLOGUE_PROBE(mixed, 1, 128)
 """
 
 CUDA_KERNELS = ("ex2_loop", "ffma_loop", "smem_read", "mma_bf16", "mma_f16", "mma_e4m3",
                 "chase_plain", "chase_tma", "chase_per_sm", "empty_kernel", "cta_cycle", "cta_cycle_stamped",
                 *(f"cp_async_d{d}_v{v}" for d in (1, 2, 3, 4) for v in (0, 1, 2, 4, 8, 16, 32)),
-                "prologue_probe_membar", "prologue_probe_plain")
+                "prologue_probe_copy", "prologue_probe_mufu", "prologue_probe_mixed")
 
 
 def compile_cuda(workdir: str, arch: str = "sm_90") -> str:

@@ -150,6 +150,14 @@ def main(argv=None) -> int:
         print(f"prologue_compare: {args.measured} has no prologue_probe rows (calibrate.py run --only "
               f"device,prologue_probe writes them)", file=sys.stderr)
         return 2
+    from algorithms.errors import GpusimError
+    from gpusim.profile import load_profile
+
+    try:
+        load_profile(args.profile)
+    except (GpusimError, OSError) as e:
+        print(f"prologue_compare: {e}", file=sys.stderr)
+        return 2
     print(f"cycles, GPU ({args.measured}) | engine (`{args.profile}`, full simulation)")
     print(f"{'neighbours':<14} {'start -> Q in':>22} {'Q in -> first K/V stage':>28}")
     for name, mode in (("lone", None), *((f"busy2_{m}", m) for m in BUSY)):

@@ -39,5 +39,6 @@ def test_an_unreadable_or_empty_file_is_one_line_and_exit_2(tmp_path, capsys):
     empty = tmp_path / "empty.csv"
     empty.write_text("bench,param,value\ncp_async,x,1\n")
     assert prologue_compare.main(["--measured", str(empty)]) == 2
+    assert prologue_compare.main(["--profile", "no-such-gpu"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 2 and "cannot read" in err and "no prologue_probe rows" in err
+    assert err.count("\n") == 3 and "cannot read" in err and "no prologue_probe rows" in err and "no-such-gpu" in err

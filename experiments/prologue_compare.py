@@ -29,8 +29,9 @@ THREADS = 128
 TILE = 8192             # a Q block, a K or V tile: 64 x 64 bf16
 PROBES = 24             # a probe CTA's probes; its first is left out, as on the GPU
 KV_TILES = (4 << 20) // TILE
-# busy CTAs: (16 KB copies a step, exp2s a thread a step), as cuda_kernels.py's PROLOGUE_PROBE
-BUSY = {"copy": (True, 32), "mufu": (False, 128), "mixed": (True, 128)}
+# busy CTAs: (16 KB copies a step, exp2s and FFMAs a thread a step), as cuda_kernels.py's PROLOGUE_PROBE
+BUSY = {"copy": (True, 32, 0), "mufu": (False, 128, 0), "mufu32": (False, 32, 0), "mixed": (True, 128, 0),
+        "ffma": (False, 0, 1024)}
 BUSY_STEPS = 200        # long enough to outlast the probes in the engine (checked)
 # Probe CTA i starts i x this many cycles late: on the GPU the probes' CTAs drift apart, and in
 # step (the engine's, unstaggered) their Q blocks came from HBM as one burst, every probe's
@@ -68,12 +69,13 @@ class _ProbeTracer:
 def _schedule(mode: str | None, sms: int):
     """The warm launch and the probe launch: busy CTAs first (two an SM), then
     one probe CTA an SM (72 KB of SMEM each: three an SM)."""
-    from algorithms.ops import CP_ASYNC, LD, Exp, IssueStalls, Load, Tile, Wait
+    from algorithms.ops import CP_ASYNC, LD, Alu, Exp, IssueStalls, Load, Tile, Wait
     from algorithms.problem import AttentionProblem
     from algorithms.schedule import CtaProgram, Launch, Role, Schedule, TensorSpec, pipelined_loop
 
     busy = 0 if mode is None else 2 * sms
-    copies, ex2 = BUSY[mode] if mode else (False, 0)
+    copies, ex2, fma = BUSY[mode] if mode else (False, 0, 0)
+    work = ([Exp(ex2 * THREADS)] if ex2 else []) + ([Alu(fma * THREADS)] if fma else [])
 
     def warm(cta):
         loads = [Load(Tile("K", 0, 0, i), TILE) for i in range(KV_TILES)]
@@ -82,7 +84,7 @@ def _schedule(mode: str | None, sms: int):
     def busy_program(cta):
         def loads_of(i):
             return [Load(Tile("K", 0, 0, (cta * 5 + 2 * i) % (KV_TILES - 2)), 2 * TILE)] if copies else []
-        items = pipelined_loop("busy", BUSY_STEPS, loads_of, lambda i: [Exp(ex2 * THREADS)], 3, lambda i: 0)
+        items = pipelined_loop("busy", BUSY_STEPS, loads_of, lambda i: work, 3, lambda i: 0)
         return CtaProgram((Role("warps", THREADS // 32, tuple(items)),))
 
     def probe_program(cta):

@@ -459,6 +459,8 @@ PROBE_KV_BYTES = 4 << 20
 PROBE_REPS = 24
 PROBE_SMEM = 72 * 1024
 PROBE_BUSY_STEPS = 600
+# the busy CTAs' kinds (cuda_kernels.py's PROLOGUE_PROBE)
+PROBE_BUSY = ("copy", "mufu", "mufu32", "mixed", "ffma")
 
 
 def bench_prologue_probe(r: Runner, mod):
@@ -468,8 +470,8 @@ def bench_prologue_probe(r: Runner, mod):
     stages of two 8 KB cp.async tiles, Triton's fence.proxy.async, the wait
     for the first stage and the barrier); `..._q`: from the probe's start to Q
     being in. One probe CTA an SM alone (`lone`) or beside two busy CTAs an SM
-    (cuda_kernels.py: `copy`, `mufu`, `mixed`); `..._step`: the busy CTAs'
-    cycles a step."""
+    (cuda_kernels.py's PROLOGUE_PROBE: `copy`, `mufu`, `mufu32`, `mixed`,
+    `ffma`); `..._step`: the busy CTAs' cycles a step."""
     import cupy
     import numpy as np
 
@@ -480,8 +482,7 @@ def bench_prologue_probe(r: Runner, mod):
         r.add("prologue_probe", "skipped", "nan", "", detail=f"{PROBE_SMEM} B of SMEM a CTA does not make three an SM")
         return
     with r.sampler() as s:
-        for name, mode, busy_per_sm in (("lone", "copy", 0), ("busy2_copy", "copy", 2), ("busy2_mufu", "mufu", 2),
-                                        ("busy2_mixed", "mixed", 2)):
+        for name, mode, busy_per_sm in (("lone", "copy", 0), *((f"busy2_{m}", m, 2) for m in PROBE_BUSY)):
             k = mod.get_function(f"prologue_probe_{mode}")
             k.max_dynamic_shared_size_bytes = PROBE_SMEM
             busy = busy_per_sm * r.sms

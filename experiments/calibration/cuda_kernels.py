@@ -420,7 +420,7 @@ __device__ __forceinline__ void probe_cta(const int4* __restrict__ q_src, int q_
     if (acc == 12345.f) out[0] = 0;     // (keeps the reads)
 }
 
-template <int COPY, int EX2>
+template <int COPY, int EX2, int FMA>
 __device__ __forceinline__ void busy_cta(const int4* __restrict__ kv_src, int kv_tiles, int steps) {
     extern __shared__ __align__(128) int4 smem[];
     const unsigned base = (unsigned)__cvta_generic_to_shared(smem);
@@ -450,6 +450,11 @@ __device__ __forceinline__ void busy_cta(const int4* __restrict__ kv_src, int kv
                 asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(x[j]) : "f"(-y));
             }
         }
+        #pragma unroll 8
+        for (int f = 0; f < FMA; f += 8) {          // 8 independent FFMA chains
+            #pragma unroll
+            for (int j = 0; j < 8; j++) x[j] = fmaf(x[j], 0.999f, m * 1e-30f);
+        }
         float l = 0.f;
         #pragma unroll
         for (int j = 0; j < 32; j++) l += x[j];
@@ -461,13 +466,13 @@ __device__ __forceinline__ void busy_cta(const int4* __restrict__ kv_src, int kv
     if (x[0] == 12345.f) smem[t].x = 1;     // (keeps the work)
 }
 
-template <int COPY, int EX2>
+template <int COPY, int EX2, int FMA>
 __device__ __forceinline__ void prologue_probe(const int4* q_src, int q_blocks, const int4* kv_src, int kv_tiles,
                                                int probes, int busy, int busy_steps,
                                                unsigned long long* out, unsigned long long* spans) {
     unsigned long long t0 = gtimer(), c0 = clock64();
     if ((int)blockIdx.x < busy)
-        busy_cta<COPY, EX2>(kv_src, kv_tiles, busy_steps);
+        busy_cta<COPY, EX2, FMA>(kv_src, kv_tiles, busy_steps);
     else
         probe_cta<1>(q_src, q_blocks, kv_src, kv_tiles, probes, blockIdx.x - busy, out);
     __syncthreads();
@@ -478,23 +483,27 @@ __device__ __forceinline__ void prologue_probe(const int4* q_src, int q_blocks, 
     }
 }
 // busy CTAs: 16 KB of copies and 32 ex2 a thread a step (`copy`: bound by the SM's copies);
-// 128 ex2 a thread and no copies (`mufu`); 16 KB of copies and 128 ex2 (`mixed`: about the
-// copies and MUFU work of a 64x64 fa2 step, at D = 64, taking 1-2k cycles a step)
-#define PROLOGUE_PROBE(NAME, COPY, EX2)                                                            \
+// 128 ex2 a thread and no copies (`mufu`); 32 (`mufu32`); 16 KB of copies and 128 ex2
+// (`mixed`: about the copies and MUFU work of a 64x64 fa2 step, at D = 64, taking 1-2k cycles
+// a step); 1024 FFMA a thread and nothing else (`ffma`: the issue slots and the FMA pipe, not
+// the MIO queue)
+#define PROLOGUE_PROBE(NAME, COPY, EX2, FMA)                                                            \
 extern "C" __global__ void prologue_probe_##NAME(const int4* q_src, int q_blocks, const int4* kv_src, \
                                                  int kv_tiles, int probes, int busy, int busy_steps,  \
                                                  unsigned long long* out, unsigned long long* spans) { \
-    prologue_probe<COPY, EX2>(q_src, q_blocks, kv_src, kv_tiles, probes, busy, busy_steps, out, spans); \
+    prologue_probe<COPY, EX2, FMA>(q_src, q_blocks, kv_src, kv_tiles, probes, busy, busy_steps, out, spans); \
 }
-PROLOGUE_PROBE(copy, 1, 32)
-PROLOGUE_PROBE(mufu, 0, 128)
-PROLOGUE_PROBE(mixed, 1, 128)
+PROLOGUE_PROBE(copy, 1, 32, 0)
+PROLOGUE_PROBE(mufu, 0, 128, 0)
+PROLOGUE_PROBE(mufu32, 0, 32, 0)
+PROLOGUE_PROBE(mixed, 1, 128, 0)
+PROLOGUE_PROBE(ffma, 0, 0, 1024)
 """
 
 CUDA_KERNELS = ("ex2_loop", "ffma_loop", "smem_read", "mma_bf16", "mma_f16", "mma_e4m3",
                 "chase_plain", "chase_tma", "chase_per_sm", "empty_kernel", "cta_cycle", "cta_cycle_stamped",
                 *(f"cp_async_d{d}_v{v}" for d in (1, 2, 3, 4) for v in (0, 1, 2, 4, 8, 16, 32)),
-                "prologue_probe_copy", "prologue_probe_mufu", "prologue_probe_mixed")
+                *(f"prologue_probe_{m}" for m in ("copy", "mufu", "mufu32", "mixed", "ffma")))
 
 
 def compile_cuda(workdir: str, arch: str = "sm_90") -> str:

@@ -3,7 +3,6 @@ kernel; experiments/results/prologue_probe_h200.csv, an H200's SMs) and replayed
 by the engine (experiments/prologue_compare.py)."""
 import os
 
-
 from experiments import prologue_compare
 
 CSV = os.path.join(os.path.dirname(__file__), "..", "experiments", "results", "prologue_probe_h200.csv")

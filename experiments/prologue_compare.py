@@ -134,7 +134,8 @@ def replay(mode: str | None, profile: str) -> tuple[float, float]:
             kv_waits.append((stage - q_in) * gpu.clock_hz)
     if busy:    # the busy CTAs outlast the probes, as on the GPU
         probes_end = max(tracer.ctas[busy + i][1] for i in range(gpu.gpu.sm_count))
-        assert min(tracer.ctas[c][1] for c in range(busy)) >= probes_end, "busy CTAs ended before the probes"
+        if min(tracer.ctas[c][1] for c in range(busy)) < probes_end:
+            raise RuntimeError(f"the engine's busy CTAs ({mode}) ended before its probes: raise BUSY_STEPS")
     return statistics.median(q_waits), statistics.median(kv_waits)
 
 
@@ -165,7 +166,11 @@ def main(argv=None) -> int:
     for name, mode in (("lone", None), *((f"busy2_{m}", m) for m in BUSY)):
         if name not in gpu_rows:
             continue
-        q, kv = replay(mode, args.profile)
+        try:
+            q, kv = replay(mode, args.profile)
+        except RuntimeError as e:
+            print(f"prologue_compare: {e}", file=sys.stderr)
+            return 2
         print(f"{name:<14} {gpu_rows[name + '_q']:>10.0f} | {q:>9.0f} {gpu_rows[name]:>14.0f} | {kv:>11.0f}",
               flush=True)
     return 0

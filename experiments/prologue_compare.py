@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import re
 import statistics
 import sys
 
@@ -31,7 +32,7 @@ PROBES = 24             # a probe CTA's probes; its first is left out, as on the
 KV_TILES = (4 << 20) // TILE
 # busy CTAs: (16 KB copies a step, exp2s and FFMAs a thread a step), as cuda_kernels.py's PROLOGUE_PROBE
 BUSY = {"copy": (True, 32, 0), "mufu": (False, 128, 0), "mufu32": (False, 32, 0), "mixed": (True, 128, 0),
-        "ffma": (False, 0, 1024)}
+        "ffma": (False, 0, 1024), "ffma256": (False, 0, 256)}
 BUSY_STEPS = 200        # long enough to outlast the probes in the engine (checked)
 # Probe CTA i starts i x this many cycles late: on the GPU the probes' CTAs drift apart, and in
 # step (the engine's, unstaggered) their Q blocks came from HBM as one burst, every probe's
@@ -66,14 +67,14 @@ class _ProbeTracer:
             self.issued[cta, tile] = issued
 
 
-def _schedule(mode: str | None, sms: int):
-    """The warm launch and the probe launch: busy CTAs first (two an SM), then
-    one probe CTA an SM (72 KB of SMEM each: three an SM)."""
+def _schedule(mode: str | None, sms: int, per_sm: int = 2):
+    """The warm launch and the probe launch: busy CTAs first (`per_sm` an SM),
+    then one probe CTA an SM (72 KB of SMEM each: three an SM)."""
     from algorithms.ops import CP_ASYNC, LD, Alu, Exp, IssueStalls, Load, Tile, Wait
     from algorithms.problem import AttentionProblem
     from algorithms.schedule import CtaProgram, Launch, Role, Schedule, TensorSpec, pipelined_loop
 
-    busy = 0 if mode is None else 2 * sms
+    busy = 0 if mode is None else per_sm * sms
     copies, ex2, fma = BUSY[mode] if mode else (False, 0, 0)
     work = ([Exp(ex2 * THREADS)] if ex2 else []) + ([Alu(fma * THREADS)] if fma else [])
 
@@ -111,15 +112,16 @@ def _schedule(mode: str | None, sms: int):
     return Schedule("prologue_probe", problem, None, (warm_launch, probe_launch), tensors), busy
 
 
-def replay(mode: str | None, profile: str) -> tuple[float, float]:
+def replay(mode: str | None, profile: str, per_sm: int = 2) -> tuple[float, float]:
     """The engine's medians (cycles): start -> Q in, Q in -> first stage in,
-    over every probe CTA's probes but its first."""
+    over every probe CTA's probes but its first, beside `per_sm` busy CTAs
+    an SM of kind `mode` (None: alone)."""
     from algorithms.ops import Tile
     from gpusim.engine import simulate
     from gpusim.profile import load_profile
 
     gpu = load_profile(profile)
-    schedule, busy = _schedule(mode, gpu.gpu.sm_count)
+    schedule, busy = _schedule(mode, gpu.gpu.sm_count, per_sm)
     tracer = _ProbeTracer(busy)
     simulate(schedule, gpu, fast=False, tracer=tracer)
     q_waits, kv_waits = [], []
@@ -163,11 +165,13 @@ def main(argv=None) -> int:
         return 2
     print(f"cycles, GPU ({args.measured}) | engine (`{args.profile}`, full simulation)")
     print(f"{'neighbours':<14} {'start -> Q in':>22} {'Q in -> first K/V stage':>28}")
-    for name, mode in (("lone", None), *((f"busy2_{m}", m) for m in BUSY)):
-        if name not in gpu_rows:
-            continue
+    for name in gpu_rows:
+        kind = re.fullmatch(r"lone|busy(\d)_([a-z0-9]+)", name)
+        if kind is None or (kind.group(2) is not None and kind.group(2) not in BUSY):
+            continue        # (the `_q` and `_step` rows, and kinds this replay does not know)
+        mode, per_sm = (kind.group(2), int(kind.group(1))) if kind.group(1) else (None, 0)
         try:
-            q, kv = replay(mode, args.profile)
+            q, kv = replay(mode, args.profile, per_sm)
         except RuntimeError as e:
             print(f"prologue_compare: {e}", file=sys.stderr)
             return 2

@@ -459,8 +459,9 @@ PROBE_KV_BYTES = 4 << 20
 PROBE_REPS = 24
 PROBE_SMEM = 72 * 1024
 PROBE_BUSY_STEPS = 600
-# the busy CTAs' kinds (cuda_kernels.py's PROLOGUE_PROBE)
-PROBE_BUSY = ("copy", "mufu", "mufu32", "mixed", "ffma")
+# the busy CTAs' kinds (cuda_kernels.py's PROLOGUE_PROBE), two an SM; and those also run one an SM
+PROBE_BUSY = ("copy", "mufu", "mufu32", "mixed", "ffma", "ffma256")
+PROBE_BUSY_ONE = ("mufu", "ffma")
 
 
 def bench_prologue_probe(r: Runner, mod):
@@ -469,20 +470,22 @@ def bench_prologue_probe(r: Runner, mod):
     being in SMEM, as fa2's prologue issues them (Q's loads, its STS, two
     stages of two 8 KB cp.async tiles, Triton's fence.proxy.async, the wait
     for the first stage and the barrier); `..._q`: from the probe's start to Q
-    being in. One probe CTA an SM alone (`lone`) or beside two busy CTAs an SM
-    (cuda_kernels.py's PROLOGUE_PROBE: `copy`, `mufu`, `mufu32`, `mixed`,
-    `ffma`); `..._step`: the busy CTAs' cycles a step."""
+    being in. One probe CTA an SM alone (`lone`), beside two busy CTAs an SM
+    (`busy2_...`: cuda_kernels.py's PROLOGUE_PROBE, `copy`, `mufu`, `mufu32`,
+    `mixed`, `ffma`, `ffma256`) or one (`busy1_mufu`, `busy1_ffma`);
+    `..._step`: the busy CTAs' cycles a step."""
     import cupy
     import numpy as np
 
     q_src = cupy.random.random(PROBE_Q_BYTES // 4, dtype=cupy.float32)
     kv_src = cupy.random.random(PROBE_KV_BYTES // 4, dtype=cupy.float32)
     q_blocks, kv_tiles = PROBE_Q_BYTES // 8192, PROBE_KV_BYTES // 8192
-    if not r.smem_fits(3, PROBE_SMEM) or r.smem_fits(4, PROBE_SMEM):
+    if not r.smem_fits(3, PROBE_SMEM) or r.smem_fits(4, PROBE_SMEM):   # (so a probe takes the slot left)
         r.add("prologue_probe", "skipped", "nan", "", detail=f"{PROBE_SMEM} B of SMEM a CTA does not make three an SM")
         return
     with r.sampler() as s:
-        for name, mode, busy_per_sm in (("lone", "copy", 0), *((f"busy2_{m}", m, 2) for m in PROBE_BUSY)):
+        for name, mode, busy_per_sm in (("lone", "copy", 0), *((f"busy2_{m}", m, 2) for m in PROBE_BUSY),
+                                        *((f"busy1_{m}", m, 1) for m in PROBE_BUSY_ONE)):
             k = mod.get_function(f"prologue_probe_{mode}")
             k.max_dynamic_shared_size_bytes = PROBE_SMEM
             busy = busy_per_sm * r.sms

@@ -486,7 +486,7 @@ __device__ __forceinline__ void prologue_probe(const int4* q_src, int q_blocks, 
 // 128 ex2 a thread and no copies (`mufu`); 32 (`mufu32`); 16 KB of copies and 128 ex2
 // (`mixed`: about the copies and MUFU work of a 64x64 fa2 step, at D = 64, taking 1-2k cycles
 // a step); 1024 FFMA a thread and nothing else (`ffma`: the issue slots and the FMA pipe, not
-// the MIO queue)
+// the MIO queue); 256 (`ffma256`)
 #define PROLOGUE_PROBE(NAME, COPY, EX2, FMA)                                                            \
 extern "C" __global__ void prologue_probe_##NAME(const int4* q_src, int q_blocks, const int4* kv_src, \
                                                  int kv_tiles, int probes, int busy, int busy_steps,  \
@@ -498,12 +498,13 @@ PROLOGUE_PROBE(mufu, 0, 128, 0)
 PROLOGUE_PROBE(mufu32, 0, 32, 0)
 PROLOGUE_PROBE(mixed, 1, 128, 0)
 PROLOGUE_PROBE(ffma, 0, 0, 1024)
+PROLOGUE_PROBE(ffma256, 0, 0, 256)
 """
 
 CUDA_KERNELS = ("ex2_loop", "ffma_loop", "smem_read", "mma_bf16", "mma_f16", "mma_e4m3",
                 "chase_plain", "chase_tma", "chase_per_sm", "empty_kernel", "cta_cycle", "cta_cycle_stamped",
                 *(f"cp_async_d{d}_v{v}" for d in (1, 2, 3, 4) for v in (0, 1, 2, 4, 8, 16, 32)),
-                *(f"prologue_probe_{m}" for m in ("copy", "mufu", "mufu32", "mixed", "ffma")))
+                *(f"prologue_probe_{m}" for m in ("copy", "mufu", "mufu32", "mixed", "ffma", "ffma256")))
 
 
 def compile_cuda(workdir: str, arch: str = "sm_90") -> str:

@@ -19,8 +19,12 @@ def test_busy_neighbours_delay_a_new_ctas_copies_but_not_its_plain_loads():
     for busy in ("busy2_mufu", "busy2_ffma"):
         assert rows[busy] > 1.5 * rows["lone"], (busy, rows)
         assert rows[f"{busy}_q"] <= 1.1 * rows["lone_q"], (busy, rows)
-    # a quarter of the exp2s a step, a small delay
+    # a quarter of the exp2s or FFMAs a step, a smaller delay; one busy CTA an SM (a warp a
+    # sub-partition beside the probe's), next to none
     assert rows["lone"] < rows["busy2_mufu32"] < rows["busy2_mufu"], rows
+    assert rows["lone"] < rows["busy2_ffma256"] < rows["busy2_ffma"], rows
+    for busy in ("busy1_mufu", "busy1_ffma"):
+        assert rows[busy] < 1.15 * rows["lone"], (busy, rows)
     # neighbours that stream copies at the whole L2's rate delay both
     assert rows["busy2_copy"] > 2 * rows["lone"] and rows["busy2_copy_q"] > 2 * rows["lone_q"], rows
 

@@ -369,11 +369,12 @@ def step_periods(times: list, first: int = 0) -> dict:
 
 def _state(cta: dict, t: float):
     """What a CTA is doing at time t: waiting for its Q block ("preQ"), in its
-    first step ("first": Q in, its first K/V wait and step), in its later
-    steps ("loop"), after them ("epi"), or not on its SM (None)."""
+    first step ("first": Q in, its first K/V wait and step; from its start
+    where its Q block's arrival was not stamped), in its later steps
+    ("loop"), after them ("epi"), or not on its SM (None)."""
     if t < cta["start"] or t >= cta["end"]:
         return None
-    if t < cta["q"]:
+    if cta["q"] is not None and t < cta["q"]:
         return "preQ"
     if t < cta["steps"][0]:
         return "first"
@@ -403,12 +404,14 @@ def steps_by_neighbours(ctas: list[dict]) -> dict:
 
 def _measured_ctas(rows: list[dict]) -> list[dict]:
     """steps_by_neighbours' CTAs from a `steps` file's rows of one case (ns;
-    cycles at each CTA's own clock), with `s0` where the run stamped it."""
+    cycles at each CTA's own clock), with `q` and `s0` where the run stamped
+    them (Q from session 44's second run on, S from session 45's)."""
     out = []
     for r in rows:
         steps = [int(r[f"step{j}_ns"]) for j in range(16) if r[f"step{j}_ns"]]
-        if steps and r.get("q_ready_ns"):      # (Q stamped from session 44's second run on)
-            out.append({"sm": int(r["sm"]), "start": int(r["start_ns"]), "q": int(r["q_ready_ns"]),
+        if steps:
+            out.append({"sm": int(r["sm"]), "start": int(r["start_ns"]),
+                        "q": int(r["q_ready_ns"]) if r.get("q_ready_ns") else None,
                         "s0": int(r["s0_ready_ns"]) if r.get("s0_ready_ns") else None, "steps": steps,
                         "looped": int(r["looped_ns"]), "end": int(r["end_ns"]),
                         "cycles": float(r["clock_mhz"]) / 1e3})

@@ -134,6 +134,9 @@ def test_steps_by_neighbours_sorts_each_step_by_what_its_sm_s_other_ctas_do():
     got = fa2_stamps.steps_by_neighbours([a, b, c])
     assert got == {(("first", 1),): [20.0], (("loop", 1),): [40.0, 10.0, 40.0], (("epi", 1),): [4.0],
                    (): [8.0]}
+    # a run that did not stamp the Q block's arrival: its first step runs from the CTA's start
+    unstamped = {"start": 0, "q": None, "steps": [5, 8], "looped": 9, "end": 10}
+    assert [fa2_stamps._state(unstamped, t) for t in (0, 6, 9, 10)] == ["first", "loop", "epi", None]
 
 
 def test_step_periods_are_consecutive_intervals_by_position():

@@ -92,7 +92,7 @@ def _schedule(mode: str | None, sms: int, per_sm: int = 2):
         index = cta - busy
         items = [IssueStalls(index * STAGGER_CYCLES)]
         for it in range(PROBES):
-            kv = (index * 7 + it * 4) % (KV_TILES - 4)
+            kv = (index * 7 + it * 4) & (KV_TILES // 2 - 1)
             items.append(Load(Tile("Q", 0, 0, index * PROBES + it), TILE, LD))
             items += [Load(Tile("K", 0, 0, kv + g), TILE, CP_ASYNC, (f"p{it}.s{g // 2}",)) for g in range(4)]
             items += [Wait(f"p{it}.s0", 2), Wait(f"p{it}.s1", 2)]
@@ -128,7 +128,7 @@ def replay(mode: str | None, profile: str, per_sm: int = 2) -> tuple[float, floa
     for index in range(gpu.gpu.sm_count):
         cta = busy + index
         for it in range(1, PROBES):
-            kv = (index * 7 + it * 4) % (KV_TILES - 4)
+            kv = (index * 7 + it * 4) & (KV_TILES // 2 - 1)
             q_tile = Tile("Q", 0, 0, index * PROBES + it)
             q_in = tracer.arrived[cta, q_tile]
             stage = max(tracer.arrived[cta, Tile("K", 0, 0, kv + g)] for g in range(2))

@@ -462,6 +462,8 @@ PROBE_BUSY_STEPS = 600
 # the busy CTAs' kinds (cuda_kernels.py's PROLOGUE_PROBE), two an SM; and those also run one an SM
 PROBE_BUSY = ("copy", "mufu", "mufu32", "mixed", "ffma", "ffma256")
 PROBE_BUSY_ONE = ("mufu", "ffma")
+# the probe alone, changed (cuda_kernels.py's PROLOGUE_PROBE_LONE)
+PROBE_LONE = ("groups2", "nosts")
 
 
 def bench_prologue_probe(r: Runner, mod):
@@ -473,19 +475,21 @@ def bench_prologue_probe(r: Runner, mod):
     being in. One probe CTA an SM alone (`lone`), beside two busy CTAs an SM
     (`busy2_...`: cuda_kernels.py's PROLOGUE_PROBE, `copy`, `mufu`, `mufu32`,
     `mixed`, `ffma`, `ffma256`) or one (`busy1_mufu`, `busy1_ffma`);
-    `..._step`: the busy CTAs' cycles a step."""
+    `..._step`: the busy CTAs' cycles a step; `lone_groups2`, `lone_nosts`:
+    alone, without the second stage's copies or without Q's STS."""
     import cupy
     import numpy as np
 
     q_src = cupy.random.random(PROBE_Q_BYTES // 4, dtype=cupy.float32)
     kv_src = cupy.random.random(PROBE_KV_BYTES // 4, dtype=cupy.float32)
-    q_blocks, kv_tiles = PROBE_Q_BYTES // 8192, PROBE_KV_BYTES // 8192
+    q_blocks, kv_tiles = PROBE_Q_BYTES // 8192, PROBE_KV_BYTES // 8192     # (powers of 2: the kernel masks)
     if not r.smem_fits(3, PROBE_SMEM) or r.smem_fits(4, PROBE_SMEM):   # (so a probe takes the slot left)
         r.add("prologue_probe", "skipped", "nan", "", detail=f"{PROBE_SMEM} B of SMEM a CTA does not make three an SM")
         return
     with r.sampler() as s:
         for name, mode, busy_per_sm in (("lone", "copy", 0), *((f"busy2_{m}", m, 2) for m in PROBE_BUSY),
-                                        *((f"busy1_{m}", m, 1) for m in PROBE_BUSY_ONE)):
+                                        *((f"busy1_{m}", m, 1) for m in PROBE_BUSY_ONE),
+                                        *((f"lone_{m}", m, 0) for m in PROBE_LONE)):
             k = mod.get_function(f"prologue_probe_{mode}")
             k.max_dynamic_shared_size_bytes = PROBE_SMEM
             busy = busy_per_sm * r.sms

@@ -371,13 +371,13 @@ __device__ __forceinline__ void cp_async_wait_all_and_sync() {
 // fence.proxy.async Triton puts before its loop (the wgmma reads Q from SMEM), the first stage awaited
 // (cp.async.wait_group 2) and the CTA's barrier. A probe CTA runs it `probes` times, each with a
 // fresh Q block (from a set of q_blocks, larger than L2: from HBM) and K/V tiles from an
-// L2-resident set of kv_tiles, and stamps each: clock64 at its start, once Q is in (after its
+// L2-resident set of kv_tiles (both powers of 2), and stamps each: clock64 at its start, once Q is in (after its
 // STS has issued: a warp issues in order, the STS waits for Q's registers) and once the first
 // stage is in. Blocks below `busy` run instead a loop like a fa2 step without its products (a
 // 16 KB cp.async stage a step into a 3-deep ring or none, 32 or 128 ex2 and 10 shuffles a
 // thread) for busy_steps steps, so that probes share their SMs with them. out: per probe the
 // two intervals; spans: per block its SM, its global timer at start and end, and its cycles.
-template <int MEMBAR>
+template <int MEMBAR, int GROUPS, int STS>
 __device__ __forceinline__ void probe_cta(const int4* __restrict__ q_src, int q_blocks, const int4* __restrict__ kv_src,
                                           int kv_tiles, int probes, int index, unsigned long long* out) {
     extern __shared__ __align__(128) int4 smem[];
@@ -386,7 +386,9 @@ __device__ __forceinline__ void probe_cta(const int4* __restrict__ q_src, int q_
     float acc = 0.f;
     for (int it = 0; it < probes; it++) {
         cp_async_wait_all_and_sync();
-        const int qb = (index * probes + it) % q_blocks, kv = (index * 7 + it * 4) % (kv_tiles - 4);
+        // (masks, not %: a division by a runtime count is a MUFU.RCP and a dozen more instructions,
+        // which ptxas put after the Q stamp, inside the interval timed; the counts are powers of 2)
+        const int qb = (index * probes + it) & (q_blocks - 1), kv = (index * 7 + it * 4) & (kv_tiles / 2 - 1);
         unsigned long long c0 = clock64();
         const int4* q = q_src + (size_t)qb * 512 + t;
         int4 r0, r1, r2, r3;
@@ -394,10 +396,17 @@ __device__ __forceinline__ void probe_cta(const int4* __restrict__ q_src, int q_
         asm volatile("ld.global.v4.b32 {%0,%1,%2,%3}, [%4];" : "=r"(r1.x), "=r"(r1.y), "=r"(r1.z), "=r"(r1.w) : "l"(q + 128));
         asm volatile("ld.global.v4.b32 {%0,%1,%2,%3}, [%4];" : "=r"(r2.x), "=r"(r2.y), "=r"(r2.z), "=r"(r2.w) : "l"(q + 256));
         asm volatile("ld.global.v4.b32 {%0,%1,%2,%3}, [%4];" : "=r"(r3.x), "=r"(r3.y), "=r"(r3.z), "=r"(r3.w) : "l"(q + 384));
-        smem[t] = r0; smem[t + 128] = r1; smem[t + 256] = r2; smem[t + 384] = r3;
+        if (STS) {
+            smem[t] = r0; smem[t + 128] = r1; smem[t + 256] = r2; smem[t + 384] = r3;
+        } else {    // (Q's registers used, not stored: the clock below still waits for them)
+            unsigned s = r0.x ^ r0.y ^ r0.z ^ r0.w ^ r1.x ^ r1.y ^ r1.z ^ r1.w ^ r2.x ^ r2.y ^ r2.z ^ r2.w ^
+                         r3.x ^ r3.y ^ r3.z ^ r3.w, kept;
+            asm volatile("mov.b32 %0, %1;" : "=r"(kept) : "r"(s));
+            acc += __int_as_float(kept) * 0.f;
+        }
         unsigned long long cq = clock64();
         #pragma unroll
-        for (int g = 0; g < 4; g++) {               // K0, V0 | K1, V1: 8 KB tiles, a group each
+        for (int g = 0; g < GROUPS; g++) {          // K0, V0 | K1, V1: 8 KB tiles, a group each
             if (g == 2) __syncthreads();
             const int4* src = kv_src + (size_t)(kv + g) * 512 + t;
             const unsigned dst = base + 16u * (unsigned)(512 * (1 + g) + t);
@@ -408,7 +417,7 @@ __device__ __forceinline__ void probe_cta(const int4* __restrict__ q_src, int q_
         }
         if (MEMBAR)     // (ptxas: MEMBAR.ALL.CTA, FENCE.VIEW.ASYNC.S, as in fa2's SASS)
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        asm volatile("cp.async.wait_group 2;" ::: "memory");
+        asm volatile("cp.async.wait_group %0;" :: "n"(GROUPS - 2) : "memory");
         __syncthreads();
         unsigned long long ckv = clock64();
         acc += __int_as_float(smem[512 + t].x) + __int_as_float(smem[1024 + t].x);
@@ -466,7 +475,7 @@ __device__ __forceinline__ void busy_cta(const int4* __restrict__ kv_src, int kv
     if (x[0] == 12345.f) smem[t].x = 1;     // (keeps the work)
 }
 
-template <int COPY, int EX2, int FMA>
+template <int COPY, int EX2, int FMA, int GROUPS = 4, int STS = 1>
 __device__ __forceinline__ void prologue_probe(const int4* q_src, int q_blocks, const int4* kv_src, int kv_tiles,
                                                int probes, int busy, int busy_steps,
                                                unsigned long long* out, unsigned long long* spans) {
@@ -474,7 +483,7 @@ __device__ __forceinline__ void prologue_probe(const int4* q_src, int q_blocks, 
     if ((int)blockIdx.x < busy)
         busy_cta<COPY, EX2, FMA>(kv_src, kv_tiles, busy_steps);
     else
-        probe_cta<1>(q_src, q_blocks, kv_src, kv_tiles, probes, blockIdx.x - busy, out);
+        probe_cta<1, GROUPS, STS>(q_src, q_blocks, kv_src, kv_tiles, probes, blockIdx.x - busy, out);
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned smid; asm volatile("mov.u32 %0, %smid;" : "=r"(smid));
@@ -499,12 +508,23 @@ PROLOGUE_PROBE(mufu32, 0, 32, 0)
 PROLOGUE_PROBE(mixed, 1, 128, 0)
 PROLOGUE_PROBE(ffma, 0, 0, 1024)
 PROLOGUE_PROBE(ffma256, 0, 0, 256)
+// the probe alone, without its second stage (`groups2`: only K0 and V0 issued) or without Q's
+// STS (`nosts`): what of the lone first stage's time those take
+#define PROLOGUE_PROBE_LONE(NAME, GROUPS, STS)                                                     \
+extern "C" __global__ void prologue_probe_##NAME(const int4* q_src, int q_blocks, const int4* kv_src, \
+                                                 int kv_tiles, int probes, int busy, int busy_steps,  \
+                                                 unsigned long long* out, unsigned long long* spans) { \
+    prologue_probe<0, 0, 0, GROUPS, STS>(q_src, q_blocks, kv_src, kv_tiles, probes, busy, busy_steps, out, spans); \
+}
+PROLOGUE_PROBE_LONE(groups2, 2, 1)
+PROLOGUE_PROBE_LONE(nosts, 4, 0)
 """
 
 CUDA_KERNELS = ("ex2_loop", "ffma_loop", "smem_read", "mma_bf16", "mma_f16", "mma_e4m3",
                 "chase_plain", "chase_tma", "chase_per_sm", "empty_kernel", "cta_cycle", "cta_cycle_stamped",
                 *(f"cp_async_d{d}_v{v}" for d in (1, 2, 3, 4) for v in (0, 1, 2, 4, 8, 16, 32)),
-                *(f"prologue_probe_{m}" for m in ("copy", "mufu", "mufu32", "mixed", "ffma", "ffma256")))
+                *(f"prologue_probe_{m}" for m in ("copy", "mufu", "mufu32", "mixed", "ffma", "ffma256",
+                                                  "groups2", "nosts")))
 
 
 def compile_cuda(workdir: str, arch: str = "sm_90") -> str:

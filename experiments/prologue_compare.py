@@ -32,7 +32,9 @@ PROBES = 24             # a probe CTA's probes; its first is left out, as on the
 KV_TILES = (4 << 20) // TILE
 # busy CTAs: (16 KB copies a step, exp2s and FFMAs a thread a step), as cuda_kernels.py's PROLOGUE_PROBE
 BUSY = {"copy": (True, 32, 0), "mufu": (False, 128, 0), "mufu32": (False, 32, 0), "mixed": (True, 128, 0),
-        "ffma": (False, 0, 1024), "ffma256": (False, 0, 256)}
+        "ffma": (False, 0, 1024), "ffma256": (False, 0, 256),
+        # (the engine has no integer pipe of its own: integer work is Alu work too)
+        "ialu": (False, 0, 1024)}
 BUSY_STEPS = 200        # long enough to outlast the probes in the engine (checked)
 # Probe CTA i starts i x this many cycles late: on the GPU the probes' CTAs drift apart, and in
 # step (the engine's, unstaggered) their Q blocks came from HBM as one burst, every probe's

@@ -460,8 +460,8 @@ PROBE_REPS = 24
 PROBE_SMEM = 72 * 1024
 PROBE_BUSY_STEPS = 600
 # the busy CTAs' kinds (cuda_kernels.py's PROLOGUE_PROBE), two an SM; and those also run one an SM
-PROBE_BUSY = ("copy", "mufu", "mufu32", "mixed", "ffma", "ffma256")
-PROBE_BUSY_ONE = ("mufu", "ffma")
+PROBE_BUSY = ("copy", "mufu", "mufu32", "mixed", "ffma", "ffma256", "ialu")
+PROBE_BUSY_ONE = ("mufu", "ffma", "ialu")
 # the probe alone, changed (cuda_kernels.py's PROLOGUE_PROBE_LONE)
 PROBE_LONE = ("groups2", "nosts")
 
@@ -474,7 +474,8 @@ def bench_prologue_probe(r: Runner, mod):
     for the first stage and the barrier); `..._q`: from the probe's start to Q
     being in. One probe CTA an SM alone (`lone`), beside two busy CTAs an SM
     (`busy2_...`: cuda_kernels.py's PROLOGUE_PROBE, `copy`, `mufu`, `mufu32`,
-    `mixed`, `ffma`, `ffma256`) or one (`busy1_mufu`, `busy1_ffma`);
+    `mixed`, `ffma`, `ffma256`, and `ialu`) or one (`busy1_mufu`, `busy1_ffma`,
+    `busy1_ialu`);
     `..._step`: the busy CTAs' cycles a step; `lone_groups2`, `lone_nosts`:
     alone, without the second stage's copies or without Q's STS."""
     import cupy

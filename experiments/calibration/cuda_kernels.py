@@ -429,7 +429,7 @@ __device__ __forceinline__ void probe_cta(const int4* __restrict__ q_src, int q_
     if (acc == 12345.f) out[0] = 0;     // (keeps the reads)
 }
 
-template <int COPY, int EX2, int FMA>
+template <int COPY, int EX2, int FMA, int IALU = 0>
 __device__ __forceinline__ void busy_cta(const int4* __restrict__ kv_src, int kv_tiles, int steps) {
     extern __shared__ __align__(128) int4 smem[];
     const unsigned base = (unsigned)__cvta_generic_to_shared(smem);
@@ -464,6 +464,14 @@ __device__ __forceinline__ void busy_cta(const int4* __restrict__ kv_src, int kv
             #pragma unroll
             for (int j = 0; j < 8; j++) x[j] = fmaf(x[j], 0.999f, m * 1e-30f);
         }
+        #pragma unroll 4
+        for (int f = 0; f < IALU; f += 8) {         // 8 independent integer chains (shift, xor, add)
+            #pragma unroll
+            for (int j = 0; j < 8; j++) {
+                unsigned v = __float_as_uint(x[j]);
+                x[j] = __uint_as_float(((v ^ (v >> 1)) + 0x9e3779b9u) & 0x3f7fffffu);
+            }
+        }
         float l = 0.f;
         #pragma unroll
         for (int j = 0; j < 32; j++) l += x[j];
@@ -475,13 +483,13 @@ __device__ __forceinline__ void busy_cta(const int4* __restrict__ kv_src, int kv
     if (x[0] == 12345.f) smem[t].x = 1;     // (keeps the work)
 }
 
-template <int COPY, int EX2, int FMA, int GROUPS = 4, int STS = 1>
+template <int COPY, int EX2, int FMA, int GROUPS = 4, int STS = 1, int IALU = 0>
 __device__ __forceinline__ void prologue_probe(const int4* q_src, int q_blocks, const int4* kv_src, int kv_tiles,
                                                int probes, int busy, int busy_steps,
                                                unsigned long long* out, unsigned long long* spans) {
     unsigned long long t0 = gtimer(), c0 = clock64();
     if ((int)blockIdx.x < busy)
-        busy_cta<COPY, EX2, FMA>(kv_src, kv_tiles, busy_steps);
+        busy_cta<COPY, EX2, FMA, IALU>(kv_src, kv_tiles, busy_steps);
     else
         probe_cta<1, GROUPS, STS>(q_src, q_blocks, kv_src, kv_tiles, probes, blockIdx.x - busy, out);
     __syncthreads();
@@ -518,13 +526,20 @@ extern "C" __global__ void prologue_probe_##NAME(const int4* q_src, int q_blocks
 }
 PROLOGUE_PROBE_LONE(groups2, 2, 1)
 PROLOGUE_PROBE_LONE(nosts, 4, 0)
+// busy CTAs of integer instructions only (`ialu`: shifts, xors, adds on the integer pipe, none on
+// the FMA pipe that the probe's IMAD.WIDE address arithmetic shares with FFMAs)
+extern "C" __global__ void prologue_probe_ialu(const int4* q_src, int q_blocks, const int4* kv_src,
+                                               int kv_tiles, int probes, int busy, int busy_steps,
+                                               unsigned long long* out, unsigned long long* spans) {
+    prologue_probe<0, 0, 0, 4, 1, 1024>(q_src, q_blocks, kv_src, kv_tiles, probes, busy, busy_steps, out, spans);
+}
 """
 
 CUDA_KERNELS = ("ex2_loop", "ffma_loop", "smem_read", "mma_bf16", "mma_f16", "mma_e4m3",
                 "chase_plain", "chase_tma", "chase_per_sm", "empty_kernel", "cta_cycle", "cta_cycle_stamped",
                 *(f"cp_async_d{d}_v{v}" for d in (1, 2, 3, 4) for v in (0, 1, 2, 4, 8, 16, 32)),
                 *(f"prologue_probe_{m}" for m in ("copy", "mufu", "mufu32", "mixed", "ffma", "ffma256",
-                                                  "groups2", "nosts")))
+                                                  "groups2", "nosts", "ialu")))
 
 
 def compile_cuda(workdir: str, arch: str = "sm_90") -> str:

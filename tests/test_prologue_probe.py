@@ -12,7 +12,9 @@ def test_what_delays_a_new_ctas_first_copies():
     """The committed rows (cycles from the Q block in registers to the first
     K/V stage in SMEM; `_q`: from the probe's start to Q in):
     - neighbours that only run exp2s delay the copies little, however many;
-    - neighbours that only run FFMAs delay them by a few hundred cycles;
+    - neighbours that only run FFMAs or integer instructions delay them by a
+      few hundred cycles or more (the instructions that issue the copies wait
+      for the pipe they keep busy);
     - neighbours that copy as a fa2 step does (and run exp2s) delay the Q
       block and the copies alike, and neighbours that copy at the whole L2's
       rate more than double both: the memory, not the SM's queues;
@@ -22,7 +24,7 @@ def test_what_delays_a_new_ctas_first_copies():
     lone, lone_q = rows["lone"], rows["lone_q"]
     for busy in ("busy2_mufu", "busy1_mufu", "busy2_mufu32"):
         assert rows[busy] < 1.15 * lone, (busy, rows)
-    for busy in ("busy2_ffma", "busy1_ffma", "busy2_ffma256"):
+    for busy in ("busy2_ffma", "busy1_ffma", "busy2_ffma256", "busy1_ialu", "busy2_ialu"):
         assert rows[busy] > 1.25 * lone, (busy, rows)
     assert rows["busy2_mixed"] > 1.4 * lone and rows["busy2_mixed_q"] > 1.4 * lone_q, rows
     assert rows["busy2_copy"] > 2 * lone and rows["busy2_copy_q"] > 2 * lone_q, rows

@@ -523,6 +523,21 @@ def _timed_side_by_side(r: Runner, fn, per_sm: int, warps: int, clk):
     return compiled, regs, ms, s.mhz, kmhz, cta_cycles
 
 
+def _add_launch_and_cta_rows(r: Runner, bench: str, param: str, timed, iters: int, grid: int, per_sm: int,
+                             what: str) -> None:
+    """Rows `bench` (the launch's time an iteration, in cycles at the clock
+    read in the kernel) and `{bench}_cta` (the median CTA's own clock64
+    cycles an iteration) of a launch _timed_side_by_side timed; `what` says
+    what the launch runs."""
+    compiled, regs, ms, mhz, kmhz, cta_cycles = timed
+    r.add(bench, param, ms * 1e3 / iters * kmhz, "clk/iter", mhz, kmhz,
+          detail=f"{what}: the launch's time an iteration, {ms:.3f} ms / {iters} iters, in cycles at the clock "
+                 f"read in the kernel ({kmhz:.0f} MHz); {grid} CTAs ({per_sm} an SM; {regs} registers a "
+                 f"thread), smem {compiled.metadata.shared} B")
+    r.add(f"{bench}_cta", param, cta_cycles / iters, "clk/iter", mhz, kmhz,
+          detail="a CTA's clock64 from its start to its end over its iterations (median CTA)")
+
+
 def bench_dot_chain_stream(r: Runner, K, chains=STREAM_CHAINS, per_sms=(1, 2), bench="dot_chain_stream",
                            online: bool = False):
     """What do a flash step's K/V loads add to its chain? dot_chain with B
@@ -614,17 +629,10 @@ def bench_dot_chain_sync(r: Runner, K):
                                                    num_stages=1)
 
                 timed = _timed_side_by_side(r, fn, per_sm, warps, clk)
-                if timed is None:
-                    continue
-                compiled, regs, ms, mhz, kmhz, cta_cycles = timed
-                param = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_sync{sync}"
-                r.add("dot_chain_online_sync", param, ms * 1e3 / iters * kmhz, "clk/iter", mhz, kmhz,
-                      detail=f"dot_chain with fa2's online softmax, held on chip, {sync} more BAR.SYNC a step: "
-                             f"the launch's time an iteration, {ms:.3f} ms / {iters} iters, in cycles at the "
-                             f"clock read in the kernel ({kmhz:.0f} MHz); {grid} CTAs ({per_sm} an SM; {regs} "
-                             f"registers a thread), smem {compiled.metadata.shared} B")
-                r.add("dot_chain_online_sync_cta", param, cta_cycles / iters, "clk/iter", mhz, kmhz,
-                      detail="a CTA's clock64 from its start to its end over its iterations (median CTA)")
+                if timed is not None:
+                    _add_launch_and_cta_rows(
+                        r, "dot_chain_online_sync", f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_sync{sync}", timed, iters,
+                        grid, per_sm, f"dot_chain with fa2's online softmax, held on chip, {sync} more BAR.SYNC a step")
 
 
 # dot_chain_parts (session 44): which part of the online step do the K/V
@@ -664,18 +672,11 @@ def bench_dot_chain_parts(r: Runner, K):
                                                    num_warps=warps, num_stages=stages)
 
                 timed = _timed_side_by_side(r, fn, per_sm, warps, clk)
-                if timed is None:
-                    continue
-                compiled, regs, ms, mhz, kmhz, cta_cycles = timed
-                param = f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_{part_name}_{kind}"
-                r.add("dot_chain_parts", param, ms * 1e3 / iters * kmhz, "clk/iter", mhz, kmhz,
-                      detail=f"dot_chain, online softmax step's {part_name}, B and V {kind}"
-                             f"{f' ({tiles} tiles, {stages} stages)' if tiles else ''}: the launch's time an "
-                             f"iteration, {ms:.3f} ms / {iters} iters, at the clock read in the kernel "
-                             f"({kmhz:.0f} MHz); {grid} CTAs ({per_sm} an SM; {regs} registers a thread), "
-                             f"smem {compiled.metadata.shared} B")
-                r.add("dot_chain_parts_cta", param, cta_cycles / iters, "clk/iter", mhz, kmhz,
-                      detail="a CTA's clock64 from its start to its end over its iterations (median CTA)")
+                if timed is not None:
+                    _add_launch_and_cta_rows(
+                        r, "dot_chain_parts", f"{bm}x{bn}x{d}_w{warps}_x{per_sm}_{part_name}_{kind}", timed, iters,
+                        grid, per_sm, f"dot_chain, online softmax step's {part_name}, B and V {kind}"
+                                      f"{f' ({tiles} tiles, {stages} stages)' if tiles else ''}")
 
 
 # The dot_chain shapes with two warpgroups: where the engine and the GPU part

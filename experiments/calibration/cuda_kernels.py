@@ -367,7 +367,7 @@ __device__ __forceinline__ void cp_async_wait_all_and_sync() {
 // fa2's CTA prologue as Triton 3.6 compiles it for sm_90 (kernels/fa2.py cross-compiled, 64x64
 // blocks, D = 64, 4 warps, 3 stages): the Q block by plain 16 B loads into registers (LDG.E.128,
 // 4 a thread: 8 KB), stored into SMEM, the first two stages' K and V tiles by cp.async (8 KB
-// each, a commit group each, the CTA's barrier between the stages), then (MEMBAR) the
+// each, a commit group each, the CTA's barrier between the stages), then the
 // fence.proxy.async Triton puts before its loop (the wgmma reads Q from SMEM), the first stage awaited
 // (cp.async.wait_group 2) and the CTA's barrier. A probe CTA runs it `probes` times, each with a
 // fresh Q block (from a set of q_blocks, larger than L2: from HBM) and K/V tiles from an
@@ -377,7 +377,7 @@ __device__ __forceinline__ void cp_async_wait_all_and_sync() {
 // 16 KB cp.async stage a step into a 3-deep ring or none, 32 or 128 ex2 and 10 shuffles a
 // thread) for busy_steps steps, so that probes share their SMs with them. out: per probe the
 // two intervals; spans: per block its SM, its global timer at start and end, and its cycles.
-template <int MEMBAR, int GROUPS, int STS>
+template <int GROUPS, int STS>
 __device__ __forceinline__ void probe_cta(const int4* __restrict__ q_src, int q_blocks, const int4* __restrict__ kv_src,
                                           int kv_tiles, int probes, int index, unsigned long long* out) {
     extern __shared__ __align__(128) int4 smem[];
@@ -415,8 +415,8 @@ __device__ __forceinline__ void probe_cta(const int4* __restrict__ q_src, int q_
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst + 16u * 128 * k), "l"(src + 128 * k) : "memory");
             asm volatile("cp.async.commit_group;" ::: "memory");
         }
-        if (MEMBAR)     // (ptxas: MEMBAR.ALL.CTA, FENCE.VIEW.ASYNC.S, as in fa2's SASS)
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        // (ptxas: MEMBAR.ALL.CTA, FENCE.VIEW.ASYNC.S, as in fa2's SASS)
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         asm volatile("cp.async.wait_group %0;" :: "n"(GROUPS - 2) : "memory");
         __syncthreads();
         unsigned long long ckv = clock64();
@@ -483,7 +483,7 @@ __device__ __forceinline__ void busy_cta(const int4* __restrict__ kv_src, int kv
     if (x[0] == 12345.f) smem[t].x = 1;     // (keeps the work)
 }
 
-template <int COPY, int EX2, int FMA, int GROUPS = 4, int STS = 1, int IALU = 0>
+template <int COPY, int EX2, int FMA, int IALU, int GROUPS, int STS>
 __device__ __forceinline__ void prologue_probe(const int4* q_src, int q_blocks, const int4* kv_src, int kv_tiles,
                                                int probes, int busy, int busy_steps,
                                                unsigned long long* out, unsigned long long* spans) {
@@ -491,7 +491,7 @@ __device__ __forceinline__ void prologue_probe(const int4* q_src, int q_blocks, 
     if ((int)blockIdx.x < busy)
         busy_cta<COPY, EX2, FMA, IALU>(kv_src, kv_tiles, busy_steps);
     else
-        probe_cta<1, GROUPS, STS>(q_src, q_blocks, kv_src, kv_tiles, probes, blockIdx.x - busy, out);
+        probe_cta<GROUPS, STS>(q_src, q_blocks, kv_src, kv_tiles, probes, blockIdx.x - busy, out);
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned smid; asm volatile("mov.u32 %0, %smid;" : "=r"(smid));
@@ -503,36 +503,26 @@ __device__ __forceinline__ void prologue_probe(const int4* q_src, int q_blocks, 
 // 128 ex2 a thread and no copies (`mufu`); 32 (`mufu32`); 16 KB of copies and 128 ex2
 // (`mixed`: about the copies and MUFU work of a 64x64 fa2 step, at D = 64, taking 1-2k cycles
 // a step); 1024 FFMA a thread and nothing else (`ffma`: the issue slots and the FMA pipe, not
-// the MIO queue); 256 (`ffma256`)
-#define PROLOGUE_PROBE(NAME, COPY, EX2, FMA)                                                            \
+// the MIO queue); 256 (`ffma256`); 1024 integer instructions (`ialu`: shifts, xors, adds on the
+// integer pipe, none on the FMA pipe that the probe's IMAD.WIDE address arithmetic shares with
+// FFMAs). The probe alone, without its second stage (`groups2`: only K0 and V0 issued) or
+// without Q's STS (`nosts`): what of the lone first stage's time those take.
+#define PROLOGUE_PROBE(NAME, COPY, EX2, FMA, IALU, GROUPS, STS)                                      \
 extern "C" __global__ void prologue_probe_##NAME(const int4* q_src, int q_blocks, const int4* kv_src, \
                                                  int kv_tiles, int probes, int busy, int busy_steps,  \
                                                  unsigned long long* out, unsigned long long* spans) { \
-    prologue_probe<COPY, EX2, FMA>(q_src, q_blocks, kv_src, kv_tiles, probes, busy, busy_steps, out, spans); \
+    prologue_probe<COPY, EX2, FMA, IALU, GROUPS, STS>(q_src, q_blocks, kv_src, kv_tiles, probes, busy,    \
+                                                      busy_steps, out, spans);                          \
 }
-PROLOGUE_PROBE(copy, 1, 32, 0)
-PROLOGUE_PROBE(mufu, 0, 128, 0)
-PROLOGUE_PROBE(mufu32, 0, 32, 0)
-PROLOGUE_PROBE(mixed, 1, 128, 0)
-PROLOGUE_PROBE(ffma, 0, 0, 1024)
-PROLOGUE_PROBE(ffma256, 0, 0, 256)
-// the probe alone, without its second stage (`groups2`: only K0 and V0 issued) or without Q's
-// STS (`nosts`): what of the lone first stage's time those take
-#define PROLOGUE_PROBE_LONE(NAME, GROUPS, STS)                                                     \
-extern "C" __global__ void prologue_probe_##NAME(const int4* q_src, int q_blocks, const int4* kv_src, \
-                                                 int kv_tiles, int probes, int busy, int busy_steps,  \
-                                                 unsigned long long* out, unsigned long long* spans) { \
-    prologue_probe<0, 0, 0, GROUPS, STS>(q_src, q_blocks, kv_src, kv_tiles, probes, busy, busy_steps, out, spans); \
-}
-PROLOGUE_PROBE_LONE(groups2, 2, 1)
-PROLOGUE_PROBE_LONE(nosts, 4, 0)
-// busy CTAs of integer instructions only (`ialu`: shifts, xors, adds on the integer pipe, none on
-// the FMA pipe that the probe's IMAD.WIDE address arithmetic shares with FFMAs)
-extern "C" __global__ void prologue_probe_ialu(const int4* q_src, int q_blocks, const int4* kv_src,
-                                               int kv_tiles, int probes, int busy, int busy_steps,
-                                               unsigned long long* out, unsigned long long* spans) {
-    prologue_probe<0, 0, 0, 4, 1, 1024>(q_src, q_blocks, kv_src, kv_tiles, probes, busy, busy_steps, out, spans);
-}
+PROLOGUE_PROBE(copy, 1, 32, 0, 0, 4, 1)
+PROLOGUE_PROBE(mufu, 0, 128, 0, 0, 4, 1)
+PROLOGUE_PROBE(mufu32, 0, 32, 0, 0, 4, 1)
+PROLOGUE_PROBE(mixed, 1, 128, 0, 0, 4, 1)
+PROLOGUE_PROBE(ffma, 0, 0, 1024, 0, 4, 1)
+PROLOGUE_PROBE(ffma256, 0, 0, 256, 0, 4, 1)
+PROLOGUE_PROBE(ialu, 0, 0, 0, 1024, 4, 1)
+PROLOGUE_PROBE(groups2, 0, 0, 0, 0, 2, 1)
+PROLOGUE_PROBE(nosts, 0, 0, 0, 0, 4, 0)
 """
 
 CUDA_KERNELS = ("ex2_loop", "ffma_loop", "smem_read", "mma_bf16", "mma_f16", "mma_e4m3",
